@@ -1,0 +1,54 @@
+// The `lmscale` CLI: builds the command tree from the registry (see registry.h), parses, runs the
+// chosen subcommand, and turns library errors into one clear line and a non-zero exit.
+#include <iostream>
+#include <map>
+
+#include "cli/registry.h"
+#include "core/error.h"
+#include "core/results.h"
+
+namespace lmscale::cli {
+std::vector<Subcommand>& registry() {
+  static std::vector<Subcommand> r;
+  return r;
+}
+}  // namespace lmscale::cli
+
+int main(int argc, char** argv) {
+  using namespace lmscale::cli;
+  CLI::App app{"lmscale: where time and memory go in Transformer training, fast attention, data parallelism"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lmscale 0.1");
+  std::map<std::string, CLI::App*> apps{{"", &app}};
+  // Parents before children: a path is registered only once its parent exists.
+  auto pending = registry();
+  while (!pending.empty()) {
+    size_t before = pending.size();
+    for (auto it = pending.begin(); it != pending.end();) {
+      auto parent = apps.find(it->parent);
+      if (parent == apps.end()) {
+        ++it;
+        continue;
+      }
+      CLI::App* sub = parent->second->add_subcommand(it->name, it->description);
+      apps[(it->parent.empty() ? "" : it->parent + " ") + it->name] = sub;
+      it->setup(*sub);
+      it = pending.erase(it);
+    }
+    if (pending.size() == before) {
+      std::cerr << "internal error: subcommand '" << pending.front().name << "' has unknown parent '"
+                << pending.front().parent << "'\n";
+      return 3;
+    }
+  }
+  lmscale::set_run_command(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "lmscale: error: " << lmscale::error_message(e) << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,36 @@
+// RAII scope for mixed precision from C++: inside it, eligible ops on `device` run in `dtype`
+// (e.g. bf16) exactly as under torch.autocast in Python; leaving it clears the cast cache.
+// A no-op when dtype is fp32 (or when enabled is false), so callers need no branches.
+#pragma once
+#include <ATen/autocast_mode.h>
+
+namespace lmscale {
+
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype, bool enabled = true)
+      : device_(device), active_(enabled && dtype != c10::kFloat && dtype != c10::kDouble) {
+    if (!active_) return;
+    prev_enabled_ = at::autocast::is_autocast_enabled(device_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!active_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, prev_enabled_);
+    at::autocast::set_autocast_dtype(device_, prev_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool active_;
+  bool prev_enabled_ = false;
+  c10::ScalarType prev_dtype_ = c10::kFloat;
+};
+
+}  // namespace lmscale

@@ -1,0 +1,40 @@
+// Device and dtype helpers: parse user strings, detect the GPU, its dense bf16 peak (for MFU),
+// synchronize, and read/reset the caching allocator's memory statistics. CPU-safe everywhere.
+#pragma once
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace lmscale {
+
+// "auto" → cuda:0 if a GPU is visible, else cpu; otherwise "cpu", "cuda", "cuda:N".
+// Throws with the list of accepted values, or when CUDA is asked for on a machine without one.
+c10::Device resolve_device(const std::string& spec);
+
+// "fp32" | "bf16" | "fp16" | "fp64" (also "float32", "bfloat16", ...).
+c10::ScalarType parse_dtype(const std::string& name);
+std::string dtype_name(c10::ScalarType t);
+
+// Human name of the device ("NVIDIA H100 80GB HBM3", or "cpu").
+std::string device_name(const c10::Device& d);
+
+// Dense (no sparsity) bf16 tensor-core peak in FLOP/s, from a table of known GPUs; 0 if unknown
+// (MFU is then reported as null rather than guessed).
+double dense_bf16_peak_flops(const std::string& gpu_name);
+
+void synchronize(const c10::Device& d);
+
+struct MemoryStats {
+  int64_t allocated = 0;       // bytes held by live tensors now
+  int64_t peak_allocated = 0;  // high-water mark since the last reset
+  int64_t reserved = 0;        // bytes the caching allocator holds from the driver
+};
+// All zeros on CPU (the CPU allocator keeps no statistics).
+MemoryStats memory_stats(const c10::Device& d);
+void reset_peak_memory(const c10::Device& d);
+// Returns cached blocks to the driver: called after an OOM so the next config starts clean.
+void release_cached_memory(const c10::Device& d);
+
+}  // namespace lmscale

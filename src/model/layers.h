@@ -1,0 +1,57 @@
+// The Transformer's building blocks (REFERENCE §1): bias-free Linear, Embedding, RMSNorm (fp32
+// inside), SwiGLU and interleaved-pair RoPE, with the specified initialisation. Attention lives in
+// attention.h, the stack of blocks in transformer.h. Shapes: B batch, T sequence, C model dim.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace lmscale {
+
+// In-place truncated normal: mean 0, given std, cut at ±3 std (inverse-CDF sampling, as PyTorch).
+void trunc_normal_(torch::Tensor& t, double std);
+
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
+  torch::Tensor weight;                           // (out, in), std √(2/(in+out))
+};
+TORCH_MODULE(Linear);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim);
+  torch::Tensor forward(const torch::Tensor& ids);  // (B, T) int64 → (B, T, C)
+  torch::Tensor weight;                             // (V, C), std 1
+};
+TORCH_MODULE(Embedding);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
+  // Upcasts to fp32, normalises, scales by the gain and casts back to the input dtype.
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor gain;  // (C), ones
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+class SwiGLUImpl : public torch::nn::Module {
+ public:
+  SwiGLUImpl(int64_t d_model, int64_t d_ff);
+  torch::Tensor forward(const torch::Tensor& x);  // W2(silu(W1 x) ⊙ W3 x)
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(SwiGLU);
+
+// Rotates adjacent pairs (2k, 2k+1) of the last dim by pos·θ^(−2k/D). cos/sin tables are
+// non-persistent buffers of (max_seq, D/2), built once.
+class RotaryEmbeddingImpl : public torch::nn::Module {
+ public:
+  RotaryEmbeddingImpl(double theta, int64_t d_head, int64_t max_seq_len);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, H, T, D) → same, positions 0..T-1
+  torch::Tensor cos, sin;
+};
+TORCH_MODULE(RotaryEmbedding);
+
+}  // namespace lmscale

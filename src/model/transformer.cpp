@@ -1,0 +1,48 @@
+// Transformer LM and loss; see transformer.h.
+#include "model/transformer.h"
+
+#include <torch/torch.h>
+
+#include "core/nvtx.h"
+
+namespace lmscale {
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& cfg) {
+  ln1 = register_module("ln1", RMSNorm(cfg.d_model));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln2 = register_module("ln2", RMSNorm(cfg.d_model));
+  ffn = register_module("ffn", SwiGLU(cfg.d_model, cfg.d_ff));
+}
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
+  auto h = x + attn(ln1(x));
+  ScopedRange r("ffn");
+  return h + ffn(ln2(h));
+}
+
+TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : config(cfg) {
+  cfg.validate();
+  token_embeddings = register_module("token_embeddings", Embedding(cfg.vocab_size, cfg.d_model));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_layers; ++i) layers->push_back(TransformerBlock(cfg));
+  ln_final = register_module("ln_final", RMSNorm(cfg.d_model));
+  lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.vocab_size));
+}
+
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kLong,
+              "tokens must be int64 of shape (batch, seq), got ", tokens.scalar_type(), " ", tokens.sizes());
+  TORCH_CHECK(tokens.size(1) <= config.context_length, "sequence length ", tokens.size(1),
+              " exceeds the model's context length ", config.context_length,
+              ": shorten the input or build the model with a longer context");
+  auto x = token_embeddings(tokens);
+  for (const auto& layer : *layers) x = layer->as<TransformerBlock>()->forward(x);
+  return lm_head(ln_final(x));
+}
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat);
+  return torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
+}
+
+}  // namespace lmscale

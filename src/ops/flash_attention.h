@@ -1,0 +1,25 @@
+// FlashAttention-2 ops (REFERENCE §3). Layout: q (..., Nq, D), k and v (..., Nk, D) with any number
+// of leading batch/head dims; O has q's shape and dtype, L (logsumexp) is fp32 of shape (..., Nq).
+// CPU tensors run the tiled ATen reference (flash_reference.h); CUDA tensors run src/kernels/.
+// Registered as torch.ops.lmscale.flash_attention_{forward,backward}.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+
+namespace lmscale::ops {
+
+// Low-level forward: returns (O, L). No autograd.
+std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                                          const at::Tensor& v, bool is_causal);
+
+// Low-level backward by recomputation: returns (dQ, dK, dV) in the input dtype.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at::Tensor& q, const at::Tensor& k,
+                                                                        const at::Tensor& v, const at::Tensor& o,
+                                                                        const at::Tensor& L, const at::Tensor& dout,
+                                                                        bool is_causal);
+
+// Autograd-aware: returns O and saves exactly q, k, v, O, L for backward.
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal);
+
+}  // namespace lmscale::ops
