@@ -47,8 +47,12 @@ void validate(const StepSetup& s) {
 TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   validate(setup_);
   torch::manual_seed(setup_.seed);
-  model_ = TransformerLM(setup_.model);
+  {
+    DeferInitGuard defer;  // allocate on the host, initialise on the target device (much faster)
+    model_ = TransformerLM(setup_.model);
+  }
   model_->to(setup_.device);
+  init_parameters(*model_);
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
@@ -56,7 +60,7 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
 }
 
-void TrainingStep::run(BenchMode mode, StepClock* clock) {
+void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
   {
     ScopedRange r("forward");
@@ -73,13 +77,13 @@ void TrainingStep::run(BenchMode mode, StepClock* clock) {
   }
   if (clock) clock->mark();
   if (mode == BenchMode::ForwardBackward) {
-    optimizer_->zero_grad();
+    optimizer_->zero_grad(!keep_grads);
     return;
   }
   {
     ScopedRange r("optimizer");
     optimizer_->step();
-    optimizer_->zero_grad();
+    optimizer_->zero_grad(!keep_grads);
   }
   if (clock) clock->mark();
 }

@@ -40,8 +40,9 @@ class TrainingStep {
 
   // Runs one step. Forward mode runs without autograd (no activations kept). With a clock, marks
   // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
-  // Gradients are set to None after the optimizer (set_to_none, as PyTorch's default).
-  void run(BenchMode mode, StepClock* clock = nullptr);
+  // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
+  // keep_grads is true (CUDA-graph capture needs gradients at fixed addresses).
+  void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
   // Model FLOPs of one step in this mode (matmuls incl. attention, PaLM convention: backward = 2×
   // forward, causal attention counted in full). Used for MFU.

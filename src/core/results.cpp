@@ -108,6 +108,15 @@ std::string write_text(const std::string& path, const std::string& text) {
   return path;
 }
 
+namespace {
+// Display width of a UTF-8 string (counts code points, so "±" and "×" are one column).
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+}  // namespace
+
 void MarkdownTable::add_row(std::vector<std::string> cells) {
   TORCH_INTERNAL_ASSERT(cells.size() == headers_.size(), "row has ", cells.size(), " cells, table has ",
                         headers_.size(), " columns");
@@ -117,12 +126,12 @@ void MarkdownTable::add_row(std::vector<std::string> cells) {
 std::string MarkdownTable::render() const {
   std::vector<size_t> w(headers_.size());
   for (size_t c = 0; c < headers_.size(); ++c) {
-    w[c] = std::max<size_t>(3, headers_[c].size());
-    for (const auto& r : rows_) w[c] = std::max(w[c], r[c].size());
+    w[c] = std::max<size_t>(3, display_width(headers_[c]));
+    for (const auto& r : rows_) w[c] = std::max(w[c], display_width(r[c]));
   }
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s = "|";
-    for (size_t c = 0; c < cells.size(); ++c) s += " " + cells[c] + std::string(w[c] - cells[c].size(), ' ') + " |";
+    for (size_t c = 0; c < cells.size(); ++c) s += " " + cells[c] + std::string(w[c] - display_width(cells[c]), ' ') + " |";
     return s + "\n";
   };
   std::string out = line(headers_);

@@ -38,8 +38,14 @@ void FusedAdamW::step() {
                     opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
-void FusedAdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+void FusedAdamW::zero_grad(bool set_to_none) {
+  for (auto& p : params_) {
+    if (set_to_none) {
+      p.mutable_grad() = at::Tensor();
+    } else if (p.grad().defined()) {
+      p.mutable_grad().zero_();
+    }
+  }
 }
 
 int64_t FusedAdamW::state_bytes() const {

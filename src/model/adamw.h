@@ -18,8 +18,9 @@ class FusedAdamW {
   FusedAdamW(std::vector<at::Tensor> params, AdamWOptions options = {});
   // Updates every parameter that has a gradient; state tensors are created lazily on first step.
   void step();
-  // Sets every gradient to None (the next backward allocates fresh ones, as set_to_none=True).
-  void zero_grad();
+  // set_to_none (PyTorch's default): gradients become None and the next backward allocates fresh
+  // ones. Otherwise they are zeroed in place, which a captured CUDA graph needs (fixed addresses).
+  void zero_grad(bool set_to_none = true);
   const std::vector<at::Tensor>& params() const { return params_; }
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
   int64_t state_bytes() const;

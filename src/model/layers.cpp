@@ -15,16 +15,37 @@ void trunc_normal_(torch::Tensor& t, double std) {
   t.uniform_(2 * a - 1, 2 * b - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(-3 * std, 3 * std);
 }
 
+namespace {
+thread_local bool defer_init = false;
+}
+
+DeferInitGuard::DeferInitGuard() : prev_(defer_init) { defer_init = true; }
+DeferInitGuard::~DeferInitGuard() { defer_init = prev_; }
+bool DeferInitGuard::active() { return defer_init; }
+
+void init_parameters(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* lin = m->as<LinearImpl>()) {
+      trunc_normal_(lin->weight, std::sqrt(2.0 / static_cast<double>(lin->weight.size(0) + lin->weight.size(1))));
+    } else if (auto* emb = m->as<EmbeddingImpl>()) {
+      trunc_normal_(emb->weight, 1.0);
+    } else if (auto* norm = m->as<RMSNormImpl>()) {
+      norm->gain.fill_(1.0);
+    }
+  }
+}
+
 LinearImpl::LinearImpl(int64_t in, int64_t out) {
   weight = register_parameter("weight", torch::empty({out, in}));
-  trunc_normal_(weight, std::sqrt(2.0 / static_cast<double>(in + out)));
+  if (!DeferInitGuard::active()) trunc_normal_(weight, std::sqrt(2.0 / static_cast<double>(in + out)));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
 
 EmbeddingImpl::EmbeddingImpl(int64_t n, int64_t dim) {
   weight = register_parameter("weight", torch::empty({n, dim}));
-  trunc_normal_(weight, 1.0);
+  if (!DeferInitGuard::active()) trunc_normal_(weight, 1.0);
 }
 
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }

@@ -10,6 +10,23 @@ namespace lmscale {
 // In-place truncated normal: mean 0, given std, cut at ±3 std (inverse-CDF sampling, as PyTorch).
 void trunc_normal_(torch::Tensor& t, double std);
 
+// While alive, module constructors allocate parameters without initialising them, so a large
+// model can be moved to the GPU first and initialised there (init_parameters): initialising
+// 2.7B parameters on the host takes far longer than the benchmark itself.
+class DeferInitGuard {
+ public:
+  DeferInitGuard();
+  ~DeferInitGuard();
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
+// (Re-)initialises every Linear, Embedding and RMSNorm inside `module` as REFERENCE §1 specifies,
+// on whatever device the parameters live.
+void init_parameters(torch::nn::Module& module);
+
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# GPU check, in one call on a GPU machine (device tool): build with CUDA, run every test (GPU ones
+# included), then a short end-to-end benchmark; everything lands in OUT as one tarball (the device
+# tool returns at most 8 files) plus summary.txt. Stages are separate so a time limit loses little.
+#
+#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table warmup baselines
+#                                            profile memory lab attention (default: build tests bench)
+# Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
+# commit in every record (the GPU machine gets no .git).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_check.sh OUT [stage ...]}
+shift
+STAGES=("$@")
+((${#STAGES[@]})) || STAGES=(build tests bench)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+RES=${LMSCALE_GPU_RESULTS:-/tmp/lmscale-gpu}
+mkdir -p "$OUT" "$RES"
+BIN=$LMSCALE_BUILD_DIR/lmscale
+pack() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
+stage() {  # stage NAME CMD... : run, log to RES/NAME.log, record status and seconds in summary.txt
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$RES/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  pack
+  return $rc
+}
+
+nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
+for s in "${STAGES[@]}"; do
+  case $s in
+    build) stage build ./lmscale build || { tail -50 "$RES/build.log"; exit 1; } ;;
+    tests) stage tests "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:"$RES/tests.json" ;;
+    bench) stage bench "$BIN" bench --out "$RES" ;;
+    e2e-table) stage e2e-table "$BIN" bench --all-sizes --context 128,256,512,1024 --precision fp32,bf16 \
+                 --mode forward,forward-backward,train-step --warmup 2 --steps 5 --out "$RES" ;;
+    warmup) stage warmup "$BIN" bench --size small --context 512 --precision bf16 --warmup-study --out "$RES" ;;
+    baselines) stage baselines "$BIN" bench --size small,medium --context 512 --precision bf16 \
+                 --compare torch-eager,torch-compile --out "$RES/baselines" ;;
+    graph) stage graph "$BIN" bench --size small,medium --context 512 --precision bf16 --cuda-graph --out "$RES/graph" ;;
+    *) if [[ -x scripts/gpu_stage_$s.sh ]]; then stage "$s" scripts/gpu_stage_$s.sh "$BIN" "$RES";
+       else echo "unknown stage $s" | tee -a "$OUT/summary.txt"; fi ;;
+  esac
+done
+pack
+for f in "$RES"/*.md; do [[ -f $f ]] && { echo "== $f"; cat "$f"; }; done 2>/dev/null | tail -c 6000
