@@ -30,6 +30,7 @@ struct Registrar {
 #define LMSCALE_CLI_CONCAT2(a, b) a##b
 #define LMSCALE_CLI_CONCAT(a, b) LMSCALE_CLI_CONCAT2(a, b)
 // LMSCALE_SUBCOMMAND("bench", "attention", "FlashAttention benchmark", [](CLI::App& app) {...});
-#define LMSCALE_SUBCOMMAND(parent, name, description, setup)                                          \
+// Variadic so that commas inside the setup lambda (captures, initialisers) need no extra parentheses.
+#define LMSCALE_SUBCOMMAND(parent, name, description, ...)                                            \
   static ::lmscale::cli::Registrar LMSCALE_CLI_CONCAT(lmscale_cli_registrar_, __LINE__)(parent, name, \
-                                                                                      description, setup)
+                                                                                      description, __VA_ARGS__)
