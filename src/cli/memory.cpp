@@ -8,6 +8,7 @@
 #include "bench/memory_run.h"
 #include "cli/registry.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/results.h"
 #include "model/config.h"
 
