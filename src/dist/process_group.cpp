@@ -103,6 +103,18 @@ Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store,
   return g;
 }
 
+std::vector<double> max_over_ranks(const Group& group, std::vector<double> values) {
+  if (values.empty()) return values;
+  at::Tensor t = at::tensor(values, at::kDouble).to(group.device);
+  std::vector<at::Tensor> tv{t};
+  c10d::AllreduceOptions max_op;
+  max_op.reduceOp = c10d::ReduceOp::MAX;
+  wait(group.backend->allreduce(tv, max_op));
+  t = t.cpu();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
+  return values;
+}
+
 void wait(const c10::intrusive_ptr<c10d::Work>& work) {
   TORCH_INTERNAL_ASSERT(work, "wait() on a null work handle");
   work->wait();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace lmscale::dist {
 
@@ -57,6 +58,10 @@ Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store,
 // build without CUDA.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int world_size, std::chrono::milliseconds timeout);
+
+// Element-wise maximum over ranks (one small all-reduce on the group's device). Used to report
+// the slowest rank's timings; also works as a barrier.
+std::vector<double> max_over_ranks(const Group& group, std::vector<double> values);
 
 // Blocks until the collective finished; a failure (timeout, dead peer) throws with the group named.
 void wait(const c10::intrusive_ptr<c10d::Work>& work);

@@ -1,7 +1,9 @@
 // The NCCL backend: the one translation unit that includes ProcessGroupNCCL.hpp (and so nccl.h, from
 // the CUDA toolkit or the torch wheel's nvidia/nccl). CPU-only builds get a stub that explains.
 #ifdef LMSCALE_CUDA
+#ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL 1
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #include "dist/process_group.h"
