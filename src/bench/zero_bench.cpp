@@ -1,0 +1,184 @@
+// ZeRO-1 memory/time benchmark; see zero_bench.h. All three configurations use libtorch's
+// torch::optim::AdamW (through ShardedOptimizer's factory when sharded), so the time ratio
+// isolates sharding, not the optimizer kernel.
+#include "bench/zero_bench.h"
+
+#include <c10/core/DeviceGuard.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "bench/training_step.h"
+#include "core/autocast.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/results.h"
+#include "core/timer.h"
+#include "dist/ddp.h"
+#include "dist/zero.h"
+
+namespace lmscale {
+namespace {
+
+using dist::Group;
+
+struct Measured {
+  double init = 0, before_step = 0, after_step = 0, peak = 0;  // bytes, slowest (largest) rank
+  double params = 0, grads = 0, state = 0;
+  double step_ms = 0;
+};
+
+int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
+  int64_t b = 0;
+  for (auto& t : ts)
+    if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
+  return b;
+}
+
+int64_t adamw_state_bytes(const torch::optim::Optimizer& opt) {
+  int64_t b = 0;
+  for (const auto& [key, st] : opt.state())
+    if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(st.get()))
+      b += tensor_bytes({s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
+  return b;
+}
+
+Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Group& g) {
+  const c10::Device dev = g.device;
+  release_cached_memory(dev);
+  reset_peak_memory(dev);
+  StepSetup setup;
+  setup.model = model_config(o.size);
+  setup.model.context_length = std::max(setup.model.context_length, o.context);
+  setup.batch = o.batch;
+  setup.context = o.context;
+  setup.precision = parse_dtype(o.precision);
+  setup.device = dev;
+  Measured m;
+  TrainingStep ts(setup);  // its FusedAdamW allocates state lazily: never stepped here
+  std::vector<at::Tensor> params = ts.model()->parameters();
+  synchronize(dev);
+  m.init = double(memory_stats(dev).allocated);
+  m.params = double(tensor_bytes(params));
+
+  auto adamw = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<torch::optim::AdamW> plain;
+  std::unique_ptr<dist::ShardedOptimizer> sharded;
+  if (impl == "unsharded" || impl == "zero1-broadcast")
+    ddp = std::make_unique<dist::DistributedDataParallel>(params, ts.model()->buffers(), g);
+  if (impl == "unsharded") {
+    plain = std::make_unique<torch::optim::AdamW>(params, adamw);
+  } else {
+    auto mode = impl == "zero1-broadcast" ? dist::ZeroMode::BroadcastOwners : dist::ZeroMode::ReduceScatter;
+    sharded = std::make_unique<dist::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
+                                                       dist::adamw_factory(adamw), g, mode);
+  }
+  StepClock clock(dev);
+  double total_ms = 0;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    reset_peak_memory(dev);
+    clock.clear();
+    clock.mark();
+    {
+      AutocastScope autocast(dev.type(), setup.precision);
+      cross_entropy(ts.model()->forward(ts.inputs()), ts.targets()).backward();
+    }
+    if (ddp) ddp->finish_gradient_synchronization();
+    synchronize(dev);
+    const double before = double(memory_stats(dev).allocated);
+    if (plain) plain->step(); else sharded->step();
+    clock.mark();
+    clock.synchronize();
+    const auto after = memory_stats(dev);
+    if (ddp) ddp->zero_grad(); else sharded->zero_grad();
+    if (i < o.warmup) continue;
+    total_ms += clock.ms(0, 1);
+    m.before_step = before;
+    m.after_step = double(after.allocated);
+    m.peak = double(after.peak_allocated);
+  }
+  m.step_ms = total_ms / o.steps;
+  // Gradients: DDP's bucket buffers, or mode 2's flat buffer plus its 1/N shard buffer.
+  std::vector<at::Tensor> grads;
+  for (auto& p : params) grads.push_back(p.grad());
+  m.grads = double(tensor_bytes(grads));
+  if (sharded && sharded->mode() == dist::ZeroMode::ReduceScatter)
+    for (auto& grp : sharded->local().param_groups())
+      for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
+  m.state = double(plain ? adamw_state_bytes(*plain) : sharded->state_bytes());
+  auto mx = dist::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
+  Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7]};
+  ts.optimizer().zero_grad();
+  return r;
+}
+
+}  // namespace
+
+std::string run_zero_bench(const ZeroBenchOptions& o) {
+  for (const auto& impl : o.impls)
+    TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter", "--impls '",
+                impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter.");
+  const dist::DistEnv env = dist::env_from_environment();
+  const auto timeout = dist::collective_timeout_from_env();
+  auto store = dist::connect_store(env, timeout);
+  std::string backend = o.backend == "auto" ? (torch::cuda::is_available() ? "nccl" : "gloo") : o.backend;
+  Group g = dist::make_group(dist::parse_backend(backend), store, env, timeout, "zero");
+  c10::OptionalDeviceGuard guard;
+  if (g.device.is_cuda()) guard.reset_device(g.device);
+  const bool lead = g.rank == 0;
+  if (lead) set_run_gpu(g.device.is_cuda() ? device_name(g.device) : "cpu");
+
+  MarkdownTable table({"impl", "after init", "before step", "after step", "peak", "params", "grads", "optimizer state",
+                       "step (ms)", "vs unsharded"});
+  std::vector<Json> records;
+  double base_ms = NAN;
+  for (const auto& impl : o.impls) {
+    if (lead) std::cerr << "[zero] " << o.size << " " << o.precision << " " << impl << " ..." << std::flush;
+    Measured m;
+    try {
+      m = run_config(impl, o, g);
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      release_cached_memory(g.device);
+      if (lead) std::cerr << " OOM\n";
+      table.add_row({impl, "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    if (impl == "unsharded") base_ms = m.step_ms;
+    const double ratio = m.step_ms / base_ms;
+    if (lead) std::cerr << " " << fmt(m.step_ms) << " ms, state " << fmt_bytes(m.state) << "\n";
+    table.add_row({impl, fmt_bytes(m.init), fmt_bytes(m.before_step), fmt_bytes(m.after_step), fmt_bytes(m.peak),
+                   fmt_bytes(m.params), fmt_bytes(m.grads), fmt_bytes(m.state), fmt(m.step_ms),
+                   std::isnan(ratio) ? "-" : fmt(ratio, 3) + "x"});
+    for (auto [metric, value, unit] : std::vector<std::tuple<const char*, double, const char*>>{
+             {"allocated_after_init", m.init, "B"},
+             {"allocated_before_step", m.before_step, "B"},
+             {"allocated_after_step", m.after_step, "B"},
+             {"peak_allocated", m.peak, "B"},
+             {"param_bytes", m.params, "B"},
+             {"grad_bytes", m.grads, "B"},
+             {"optimizer_state_bytes", m.state, "B"},
+             {"step_time", m.step_ms, "ms"}}) {
+      Json r = make_record("zero", "lmscale-" + impl);
+      r["size"] = o.size;
+      r["precision"] = o.precision;
+      r["batch"] = o.batch;
+      r["context"] = o.context;
+      r["world"] = g.world_size;
+      r["backend"] = backend;
+      r["metric"] = metric;
+      r["value"] = value;
+      r["unit"] = unit;
+      records.push_back(r);
+    }
+  }
+  if (!lead) return "";
+  append_jsonl(o.out + "/zero.jsonl", records);
+  write_text(o.out + "/zero.md", "# bench zero\n\n`" + run_info().command + "` (" + run_info().date + ", " +
+                                     run_info().gpu + ", commit " + run_info().commit + ")\n\nPer rank, largest rank " +
+                                     "shown; world " + std::to_string(g.world_size) + ".\n\n" + table.render());
+  return table.render();
+}
+
+}  // namespace lmscale

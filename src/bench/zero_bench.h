@@ -1,0 +1,26 @@
+// `lmscale bench zero`: memory and time of a training step with the optimizer state unsharded
+// (DDP + AdamW) and sharded by ZeRO-1 (mode 1: DDP + owners broadcast; mode 2: reduce-scatter +
+// all-gather): allocated bytes after model init, just before and just after the optimizer step,
+// the peak, a breakdown (parameters, gradients, optimizer state) and the time per iteration.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace lmscale {
+
+struct ZeroBenchOptions {
+  std::string size = "xl";
+  std::string precision = "fp32";
+  std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter"};
+  int64_t batch = 4;
+  int64_t context = 512;
+  int warmup = 2;
+  int steps = 5;
+  std::string backend = "auto";
+  std::string out = "results";
+};
+
+// Collective. Rank 0 writes <out>/zero.jsonl and <out>/zero.md and returns the table.
+std::string run_zero_bench(const ZeroBenchOptions& options);
+
+}  // namespace lmscale
