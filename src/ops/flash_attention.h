@@ -1,7 +1,10 @@
 // FlashAttention-2 ops (REFERENCE §3). Layout: q (..., Nq, D), k and v (..., Nk, D) with any number
-// of leading batch/head dims; O has q's shape and dtype, L (logsumexp) is fp32 of shape (..., Nq).
-// CPU tensors run the tiled ATen reference (flash_reference.h); CUDA tensors run src/kernels/.
-// Registered as torch.ops.lmscale.flash_attention_{forward,backward}.
+// of leading batch/head dims; O has q's shape and dtype, L (logsumexp) is fp32 of shape (..., Nq)
+// (fp64 for fp64 inputs, which only the reference serves). Causal requires Nq == Nk (query i sees keys
+// j <= i). CPU tensors run the tiled ATen reference (flash_reference.h); CUDA tensors run src/kernels/
+// for bf16/fp16; fp32 CUDA inputs are rounded to bf16 for the kernel and the results cast back to fp32
+// (the kernels have no tf32 path), fp64 CUDA inputs run the reference.
+// Registered as torch.ops.lmscale.flash_attention_{forward,backward} and torch.ops.lmscale.flash_attention.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -21,5 +24,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
 
 // Autograd-aware: returns O and saves exactly q, k, v, O, L for backward.
 at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal);
+
+// Whether this build's CUDA kernels serve (dtype, head_dim) directly (fp32 counts via its bf16 path);
+// false in CPU-only builds. Tests and benchmarks use it to skip what was not compiled.
+bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim);
 
 }  // namespace lmscale::ops

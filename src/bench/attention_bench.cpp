@@ -1,0 +1,341 @@
+// The attention benchmarks of attention_bench.h: one timing routine (CUDA events after warm-up, median)
+// applied to every (config, impl) cell, three grids on top of it, OOM and unsupported cells kept as
+// table entries rather than crashes.
+#include "bench/attention_bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/results.h"
+#include "core/stats.h"
+#include "core/timer.h"
+#include "model/attention.h"
+#include "ops/flash_attention.h"
+
+namespace lmscale {
+
+double attention_fwd_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool causal) {
+  const double f = 4.0 * batch * heads * static_cast<double>(seq) * seq * head_dim;
+  return causal ? f / 2 : f;
+}
+
+namespace {
+
+using AttentionFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>;
+
+// Leaves exactly one SDPA backend enabled (math off, so nothing silently falls back) and restores the
+// user's flags on exit; an input the backend cannot serve then raises instead of timing another kernel.
+class SdpaOnly {
+ public:
+  explicit SdpaOnly(const std::string& backend) {
+    auto& ctx = at::globalContext();
+    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledCuDNNSDP(),
+              ctx.userEnabledMathSDP()};
+    ctx.setSDPUseFlash(backend == "flash");
+    ctx.setSDPUseMemEfficient(backend == "mem-efficient");
+    ctx.setSDPUseCuDNN(backend == "cudnn");
+    ctx.setSDPUseMath(false);
+  }
+  ~SdpaOnly() {
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseFlash(saved_[0]);
+    ctx.setSDPUseMemEfficient(saved_[1]);
+    ctx.setSDPUseCuDNN(saved_[2]);
+    ctx.setSDPUseMath(saved_[3]);
+  }
+
+ private:
+  std::array<bool, 4> saved_{};
+};
+
+AttentionFn impl_fn(const std::string& impl) {
+  if (impl == "lmscale-flash") return [](auto& q, auto& k, auto& v, bool c) { return ops::flash_attention(q, k, v, c); };
+  if (impl == "torch-naive") return [](auto& q, auto& k, auto& v, bool c) { return naive_attention(q, k, v, c); };
+  const std::string backend = impl.substr(std::string("sdpa-").size());
+  return [backend](auto& q, auto& k, auto& v, bool c) {
+    SdpaOnly only(backend);
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, c);
+  };
+}
+
+struct Config {
+  int64_t batch, heads, seq, head_dim;
+  std::string dtype;
+  bool causal;
+  std::vector<int64_t> shape() const {
+    return heads > 0 ? std::vector<int64_t>{batch, heads, seq, head_dim} : std::vector<int64_t>{batch, seq, head_dim};
+  }
+  std::string label() const {
+    return dtype + " B=" + std::to_string(batch) + (heads > 0 ? " H=" + std::to_string(heads) : "") +
+           " S=" + std::to_string(seq) + " D=" + std::to_string(head_dim) + (causal ? " causal" : "");
+  }
+};
+
+// One cell's outcome: medians in ms (NaN when not measured) or why there is none.
+struct Cell {
+  double fwd = NAN, bwd = NAN, fwdbwd = NAN;
+  double mem_before_bwd = NAN;  // bytes allocated after the forward, before backward
+  std::string status = "ok";    // ok | OOM | n/a
+  std::string error;
+};
+
+double median_ms(StepClock& clock, const std::vector<std::pair<int, int>>& marks) {
+  clock.synchronize();
+  std::vector<double> v;
+  for (auto [a, b] : marks) v.push_back(clock.ms(a, b));
+  return summarize(v).median;
+}
+
+// Times forward, backward (autograd::grad of dO, so nothing accumulates into .grad) and, when asked,
+// forward+backward with dO = ones as o.sum().backward() would give. Warm-up runs every phase first.
+Cell time_cell(const Config& cfg, const std::string& impl, const c10::Device& device, int warmup, int iters,
+               bool fwdbwd_with_sum) {
+  Cell cell;
+  try {
+    auto opts = torch::TensorOptions().device(device).dtype(parse_dtype(cfg.dtype));
+    auto q = torch::randn(cfg.shape(), opts).requires_grad_(), k = torch::randn(cfg.shape(), opts).requires_grad_(),
+         v = torch::randn(cfg.shape(), opts).requires_grad_();
+    auto dout = torch::randn(cfg.shape(), opts);
+    auto fn = impl_fn(impl);
+    auto backward = [&](const at::Tensor& o, const at::Tensor& grad) {
+      return torch::autograd::grad({o}, {q, k, v}, {grad});
+    };
+    for (int i = 0; i < warmup; ++i) backward(fn(q, k, v, cfg.causal), dout);
+    synchronize(device);
+
+    StepClock clock(device);
+    std::vector<std::pair<int, int>> marks;
+    {
+      torch::NoGradGuard no_grad;  // forward alone: no graph, as an inference user runs it
+      for (int i = 0; i < iters; ++i) {
+        int a = clock.mark();
+        fn(q, k, v, cfg.causal);
+        marks.emplace_back(a, clock.mark());
+      }
+    }
+    cell.fwd = median_ms(clock, marks);
+
+    clock.clear();
+    marks.clear();
+    reset_peak_memory(device);
+    for (int i = 0; i < iters; ++i) {
+      auto o = fn(q, k, v, cfg.causal);
+      if (i == 0) {
+        synchronize(device);
+        cell.mem_before_bwd = static_cast<double>(memory_stats(device).allocated);
+      }
+      int a = clock.mark();
+      backward(o, dout);
+      marks.emplace_back(a, clock.mark());
+    }
+    cell.bwd = median_ms(clock, marks);
+
+    clock.clear();
+    marks.clear();
+    for (int i = 0; i < iters; ++i) {
+      int a = clock.mark();
+      auto o = fn(q, k, v, cfg.causal);
+      if (fwdbwd_with_sum)
+        torch::autograd::grad({o.sum()}, {q, k, v});
+      else
+        backward(o, dout);
+      marks.emplace_back(a, clock.mark());
+    }
+    cell.fwdbwd = median_ms(clock, marks);
+  } catch (const std::exception& e) {
+    cell.status = is_out_of_memory(e) ? "OOM" : "n/a";
+    cell.error = error_message(e).substr(0, 200);
+    cell.error = cell.error.substr(0, cell.error.find('\n'));
+    release_cached_memory(device);
+  }
+  return cell;
+}
+
+std::vector<Json> cell_records(const std::string& mode, const Config& cfg, const std::string& impl, const Cell& c) {
+  auto base = make_record("attention", impl);
+  base["mode"] = mode;
+  base["batch"] = cfg.batch;
+  base["heads"] = cfg.heads;
+  base["seq"] = cfg.seq;
+  base["head_dim"] = cfg.head_dim;
+  base["dtype"] = cfg.dtype;
+  base["causal"] = cfg.causal;
+  std::vector<Json> out;
+  auto add = [&](const std::string& metric, double value, const std::string& unit) {
+    auto r = base;
+    r["metric"] = metric;
+    r["unit"] = unit;
+    if (c.status == "ok" && !std::isnan(value))
+      r["value"] = value;
+    else {
+      r["value"] = nullptr;
+      r["status"] = c.status;
+      if (!c.error.empty()) r["error"] = c.error;
+    }
+    out.push_back(r);
+  };
+  const double flops = attention_fwd_flops(cfg.batch, std::max<int64_t>(cfg.heads, 1), cfg.seq, cfg.head_dim, cfg.causal);
+  add("fwd_ms", c.fwd, "ms");
+  add("bwd_ms", c.bwd, "ms");
+  add("fwdbwd_ms", c.fwdbwd, "ms");
+  add("fwd_tflops", flops / (c.fwd * 1e9), "TFLOP/s");
+  add("bwd_tflops", 2.5 * flops / (c.bwd * 1e9), "TFLOP/s");
+  add("fwdbwd_tflops", 3.5 * flops / (c.fwdbwd * 1e9), "TFLOP/s");
+  add("mem_before_bwd", c.mem_before_bwd, "bytes");
+  return out;
+}
+
+std::string cell_text(const Cell& c, double v, int decimals = 3) { return c.status == "ok" ? fmt(v, decimals) : c.status; }
+
+void progress(size_t i, size_t n, const Config& cfg, const std::string& impl, const Cell& c) {
+  std::cerr << "[attention " << i << "/" << n << "] " << cfg.label() << " " << impl << ": ";
+  if (c.status == "ok")
+    std::cerr << "fwd " << fmt(c.fwd, 3) << " ms, bwd " << fmt(c.bwd, 3) << " ms, fwd+bwd " << fmt(c.fwdbwd, 3) << " ms\n";
+  else
+    std::cerr << c.status << (c.error.empty() ? "" : " (" + c.error + ")") << "\n";
+}
+
+template <typename T>
+std::vector<T> or_default(const std::vector<T>& v, std::vector<T> d) {
+  return v.empty() ? d : v;
+}
+
+// Memory a plain-attention forward holds for backward, in bytes (fp32 or the dtype's size): q, k, v
+// and O (B·S·D each), then scores, masked scores and softmax probabilities (B·S² each), which
+// backward keeps alive; the backward's own dP and dS add two more B·S² buffers at its peak.
+Json memory_accounting(const Config& cfg, int64_t elem) {
+  const double bsd = static_cast<double>(cfg.batch) * std::max<int64_t>(cfg.heads, 1) * cfg.seq * cfg.head_dim * elem;
+  const double bss = static_cast<double>(cfg.batch) * std::max<int64_t>(cfg.heads, 1) * cfg.seq * cfg.seq * elem;
+  Json j = make_record("attention", "torch-naive");
+  j["mode"] = "sweep";
+  j["metric"] = "memory_accounting";
+  j["seq"] = cfg.seq;
+  j["head_dim"] = cfg.head_dim;
+  j["batch"] = cfg.batch;
+  j["dtype"] = cfg.dtype;
+  j["qkvo_bytes"] = 4 * bsd;
+  j["saved_scores_probs_bytes"] = (cfg.causal ? 3 : 2) * bss;
+  j["backward_extra_bytes"] = 2 * bss;
+  j["value"] = 4 * bsd + (cfg.causal ? 3 : 2) * bss + 2 * bss;
+  j["unit"] = "bytes";
+  return j;
+}
+
+void finish(const AttentionBenchOptions& opts, std::vector<Json>& records, const std::string& table) {
+  append_jsonl(opts.out + "/attention.jsonl", records);
+  write_text(opts.out + "/attention.md", table);
+  std::cout << table;
+  std::cerr << "[attention] " << records.size() << " records appended to " << opts.out << "/attention.jsonl\n";
+}
+
+std::string header(const std::string& title, const c10::Device& device) {
+  const auto& r = run_info();
+  return "## " + title + "\n\n" + device_name(device) + ", commit " + r.commit + ", " + r.date + "\n\n`" + r.command +
+         "`\n\n";
+}
+
+void run_sweep(const AttentionBenchOptions& opts, const c10::Device& device) {
+  std::vector<Config> grid;
+  for (auto dt : or_default(opts.dtypes, {std::string("fp32")}))
+    for (auto d : or_default(opts.head_dims, {16, 32, 64, 128}))
+      for (auto s : or_default(opts.seqs, {256, 1024, 4096, 8192, 16384}))
+        grid.push_back({opts.batch ? opts.batch : 8, opts.heads, s, d, dt, opts.causal});
+  const int iters = opts.iters ? opts.iters : 100;
+  MarkdownTable t({"dtype", "d", "seq", "fwd ms (x" + std::to_string(iters) + " median)", "bwd ms",
+                   "memory before backward"});
+  std::vector<Json> records;
+  std::optional<Config> smallest_oom;
+  for (size_t i = 0; i < grid.size(); ++i) {
+    const auto& cfg = grid[i];
+    auto c = time_cell(cfg, "torch-naive", device, opts.warmup, iters, false);
+    progress(i + 1, grid.size(), cfg, "torch-naive", c);
+    for (auto& r : cell_records("sweep", cfg, "torch-naive", c)) records.push_back(r);
+    t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), cell_text(c, c.fwd),
+               cell_text(c, c.bwd), c.status == "ok" ? fmt_bytes(c.mem_before_bwd) : c.status});
+    if (c.status == "OOM" && (!smallest_oom || cfg.seq * cfg.head_dim < smallest_oom->seq * smallest_oom->head_dim))
+      smallest_oom = cfg;
+  }
+  std::string md = header("Plain attention sweep (torch-naive)", device) + t.render();
+  if (smallest_oom) {
+    auto acc = memory_accounting(*smallest_oom, c10::elementSize(parse_dtype(smallest_oom->dtype)));
+    records.push_back(acc);
+    md += "\nMemory accounting of the smallest OOM config (" + smallest_oom->label() + "): q, k, v, O " +
+          fmt_bytes(acc["qkvo_bytes"].get<double>()) + "; scores/masked scores/probabilities saved for backward " +
+          fmt_bytes(acc["saved_scores_probs_bytes"].get<double>()) + "; backward's dP and dS " +
+          fmt_bytes(acc["backward_extra_bytes"].get<double>()) + "; total " + fmt_bytes(acc["value"].get<double>()) +
+          ". Memory grows as B·S² per saved matrix: the S² terms, not D, decide OOM.\n";
+  }
+  finish(opts, records, md);
+}
+
+void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool leaderboard) {
+  std::vector<Config> grid;
+  if (leaderboard) {
+    for (auto dt : or_default(opts.dtypes, {std::string("bf16")}))
+      grid.push_back({opts.batch ? opts.batch : 1, opts.heads ? opts.heads : 16,
+                      opts.seqs.empty() ? 16384 : opts.seqs[0], opts.head_dims.empty() ? 64 : opts.head_dims[0], dt,
+                      true});
+  } else {
+    std::vector<int64_t> seqs;
+    for (int64_t s = 128; s <= 65536; s *= 2) seqs.push_back(s);
+    for (auto dt : or_default(opts.dtypes, {std::string("bf16"), std::string("fp32")}))
+      for (auto d : or_default(opts.head_dims, {16, 32, 64, 128}))
+        for (auto s : or_default(opts.seqs, seqs))
+          grid.push_back({opts.batch ? opts.batch : 1, opts.heads ? opts.heads : 1, s, d, dt, opts.causal});
+  }
+  const auto impls = or_default(opts.impls, attention_impls());
+  const int iters = opts.iters ? opts.iters : (leaderboard ? 50 : 20);
+  MarkdownTable t({"dtype", "d", "seq", "impl", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s",
+                   "fwd+bwd vs lmscale-flash"});
+  std::vector<Json> records;
+  size_t n = grid.size() * impls.size(), i = 0;
+  for (const auto& cfg : grid) {
+    std::map<std::string, Cell> cells;
+    for (const auto& impl : impls) {
+      cells[impl] = time_cell(cfg, impl, device, opts.warmup, iters, /*fwdbwd_with_sum=*/leaderboard);
+      progress(++i, n, cfg, impl, cells[impl]);
+      for (auto& r : cell_records(leaderboard ? "leaderboard" : "flash", cfg, impl, cells[impl])) records.push_back(r);
+    }
+    const double flops = attention_fwd_flops(cfg.batch, cfg.heads, cfg.seq, cfg.head_dim, cfg.causal);
+    const auto ours = cells.count("lmscale-flash") ? cells["lmscale-flash"] : Cell{};
+    for (const auto& impl : impls) {
+      const auto& c = cells[impl];
+      const double ratio = c.fwdbwd / ours.fwdbwd;  // >1: slower than lmscale-flash
+      t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), impl, cell_text(c, c.fwd),
+                 cell_text(c, c.bwd), cell_text(c, c.fwdbwd), cell_text(c, 3.5 * flops / (c.fwdbwd * 1e9), 1),
+                 c.status == "ok" && ours.status == "ok" ? fmt(ratio, 2) + "x" : "-"});
+    }
+  }
+  const std::string title = leaderboard ? "FlashAttention leaderboard config (forward + o.sum() + backward)"
+                                        : "FlashAttention benchmark (causal; medians of CUDA-event timings)";
+  finish(opts, records, header(title, device) + t.render());
+}
+
+}  // namespace
+
+void run_attention_bench(const AttentionBenchOptions& opts) {
+  const auto device = resolve_device(opts.device);
+  set_run_gpu(device_name(device));
+  for (const auto& impl : opts.impls)
+    TORCH_CHECK(std::find(attention_impls().begin(), attention_impls().end(), impl) != attention_impls().end(),
+                "bench attention: --impl ", impl, " is unknown; choose from lmscale-flash, sdpa-flash, sdpa-cudnn, "
+                "sdpa-mem-efficient, torch-naive");
+  if (opts.mode == "sweep")
+    run_sweep(opts, device);
+  else if (opts.mode == "flash" || opts.mode == "leaderboard")
+    run_grid(opts, device, opts.mode == "leaderboard");
+  else
+    TORCH_CHECK(false, "bench attention: mode '", opts.mode, "' is unknown; use sweep, flash or leaderboard");
+}
+
+}  // namespace lmscale

@@ -1,0 +1,30 @@
+// `lmscale bench attention`: options of the attention benchmarks (bench/attention_bench.h).
+#include "bench/attention_bench.h"
+#include "cli/registry.h"
+
+LMSCALE_SUBCOMMAND("bench", "attention", "attention sweep, FlashAttention benchmark, leaderboard config",
+                   [](CLI::App& app) {
+  auto opts = std::make_shared<lmscale::AttentionBenchOptions>();
+  auto sweep = std::make_shared<bool>(false), leaderboard = std::make_shared<bool>(false);
+  auto no_causal = std::make_shared<bool>(false);
+  app.add_flag("--sweep", *sweep, "plain-attention sweep: batch 8, no head dim, 100 fwd + 100 bwd, memory, OOM");
+  app.add_flag("--leaderboard", *leaderboard, "16 heads x 16384 x 64, causal, bf16, forward + o.sum() + backward");
+  app.add_option("--seq", opts->seqs, "sequence lengths (default: the mode's grid)");
+  app.add_option("--head-dim", opts->head_dims, "head dims (default 16 32 64 128)");
+  app.add_option("--dtype", opts->dtypes, "dtypes: bf16 fp16 fp32 (default: sweep fp32, flash bf16 fp32)");
+  app.add_option("--impl", opts->impls,
+                 "implementations: lmscale-flash sdpa-flash sdpa-cudnn sdpa-mem-efficient torch-naive (default all)");
+  app.add_option("--batch", opts->batch, "batch size (default: sweep 8, others 1)");
+  app.add_option("--heads", opts->heads, "heads (default: sweep none, flash 1, leaderboard 16)");
+  app.add_flag("--no-causal", *no_causal, "no causal mask (the sweep is always non-causal)");
+  app.add_option("--warmup", opts->warmup, "warm-up iterations per phase")->capture_default_str();
+  app.add_option("--iters", opts->iters, "timed iterations per phase (default: sweep 100, flash 20, leaderboard 50)");
+  app.add_option("--device", opts->device, "auto | cpu | cuda:N")->capture_default_str();
+  app.add_option("--out", opts->out, "results folder (attention.jsonl, attention.md)")->capture_default_str();
+  app.callback([opts, sweep, leaderboard, no_causal] {
+    auto o = *opts;
+    o.mode = *sweep ? "sweep" : (*leaderboard ? "leaderboard" : "flash");
+    o.causal = !*no_causal && !*sweep;
+    lmscale::run_attention_bench(o);
+  });
+});

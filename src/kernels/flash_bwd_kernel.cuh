@@ -1,0 +1,277 @@
+// FlashAttention-2 backward device code (REFERENCE §3, recomputation): a preprocess kernel (D = rowsum(dO ⊙ O),
+// dQ accumulator zeroed), the main kernel (one block per 128-key tile: dK, dV in registers, dQ added
+// atomically in fp32), and a kernel that scales and casts the dQ accumulator. Launch choices live in
+// flash_bwd_launch.cuh.
+#pragma once
+#include <cmath>
+
+#include "kernels/flash_common.cuh"
+#include "kernels/flash_params.h"
+
+namespace lmscale::kernels::flash {
+
+// ----------------------------------------------------------------------------- preprocess
+
+// One thread per query row: dsum[row] = sum_d dO*O in fp32, and the row's dQ accumulator zeroed (the
+// main kernel only ever adds into it).
+template <typename T, int D>
+__global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  if (row >= p.seqlen_q) return;
+  const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + row * p.o_row_stride;
+  const T* dout = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
+  float* acc = p.dq_accum + (static_cast<int64_t>(bh) * p.seqlen_q + row) * D;
+  float sum = 0.f;
+#pragma unroll
+  for (int c = 0; c < D; c += 8) {
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + c);
+    const uint4 dv = *reinterpret_cast<const uint4*>(dout + c);
+    const uint32_t* ow = reinterpret_cast<const uint32_t*>(&ov);
+    const uint32_t* dw = reinterpret_cast<const uint32_t*>(&dv);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 a = Elem<T>::unpack(ow[w]), d = Elem<T>::unpack(dw[w]);
+      sum += a.x * d.x + a.y * d.y;
+    }
+    *reinterpret_cast<float4*>(acc + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(acc + c + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  p.dsum[static_cast<int64_t>(bh) * p.seqlen_q + row] = sum;
+}
+
+// ----------------------------------------------------------------------------- main kernel
+
+// Note [bwd in transposed form]. Each warp owns 16 keys and computes S^T = K_w Q_i^T directly (keys on
+// the MMA's M side), so P^T and dS^T land in registers already shaped as A operands of dV += P^T dO
+// and dK += dS^T Q. dQ needs a sum over all the block's keys, i.e. across warps: dS^T goes through
+// shared memory once per query tile and the warps then split dQ_i = dS K over (query 16-row tile,
+// head-dim n8 tiles), adding into the fp32 accumulator with atomics (other key blocks add too).
+template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
+__global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParams p) {
+  static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys");
+  static_assert(D % 16 == 0 && kBlockM % 16 == 0, "MMA k-chunks are 16 wide");
+  static_assert(kWarps % (kBlockM / 16) == 0, "dQ split: whole warps per 16-query tile");
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kLd = D + 8;
+  constexpr int kLdS = kBlockM + 8;  // dS^T rows, padded like the others (flash_tiles.h)
+  using E = Elem<T>;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + kBlockN * kLd;
+  T* sQ = sV + kBlockN * kLd;          // [2][kBlockM][kLd], double-buffered over query tiles
+  T* sdO = sQ + 2 * kBlockM * kLd;     // [2][kBlockM][kLd]
+  T* sdS = sdO + 2 * kBlockM * kLd;    // [kBlockN][kLdS]: dS^T of the current query tile
+  float* sL = reinterpret_cast<float*>(sdS + kBlockN * kLdS);  // [2][kBlockM]
+  float* sDsum = sL + 2 * kBlockM;                               // [2][kBlockM]
+
+  const int n_block = blockIdx.x;  // causal: small n has the most query tiles and goes first
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int n0 = n_block * kBlockN;
+
+  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
+  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
+  const T* gdO = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride;
+  const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
+  const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
+  float* gdQacc = p.dq_accum + static_cast<int64_t>(bh) * p.seqlen_q * D;
+
+  // Causal: queries below n0 see none of these keys, so start at the query tile holding row n0.
+  const int m_first = IsCausal ? n0 / kBlockM : 0;
+  const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
+
+  auto load_query_tile = [&](int m_tile, int buf) {
+    const int m0 = m_tile * kBlockM;
+    load_rows<kBlockM, D, kLd, kThreads>(sQ + buf * kBlockM * kLd, gQ, p.q_row_stride, m0, p.seqlen_q, tid);
+    load_rows<kBlockM, D, kLd, kThreads>(sdO + buf * kBlockM * kLd, gdO, p.do_row_stride, m0, p.seqlen_q, tid);
+    load_floats<kBlockM, kThreads>(sL + buf * kBlockM, gL, m0, p.seqlen_q, tid);
+    load_floats<kBlockM, kThreads>(sDsum + buf * kBlockM, gDsum, m0, p.seqlen_q, tid);
+  };
+  load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n0, p.seqlen_k, tid);
+  load_rows<kBlockN, D, kLd, kThreads>(sV, gV, p.v_row_stride, n0, p.seqlen_k, tid);
+  if (m_first < m_tiles) load_query_tile(m_first, 0);
+  cp_async_commit();
+
+  float acc_dk[D / 8][4], acc_dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
+
+  const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+  const int key_a = n0 + warp * 16 + lane / 4;  // this thread's keys: key_a and key_a + 8
+  // dQ split (Note [bwd in transposed form]): warp -> 16-query tile dq_m, n8 tiles dq_n0 + i*kNStride.
+  constexpr int kMTiles = kBlockM / 16;
+  constexpr int kNStride = kWarps / kMTiles;
+  constexpr int kDqTiles = (D / 8 + kNStride - 1) / kNStride;
+  const int dq_m = warp % kMTiles, dq_n0 = warp / kMTiles;
+
+  for (int mt_i = m_first; mt_i < m_tiles; ++mt_i) {
+    const int buf = (mt_i - m_first) & 1;
+    const int m0 = mt_i * kBlockM;
+    if (mt_i + 1 < m_tiles) {
+      load_query_tile(mt_i + 1, buf ^ 1);  // buf^1 was released by the barrier ending the last step
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* q_s = sQ + buf * kBlockM * kLd;
+    const T* do_s = sdO + buf * kBlockM * kLd;
+    const float* l_s = sL + buf * kBlockM;
+    const float* dsum_s = sDsum + buf * kBlockM;
+
+    // S^T = K_w Q^T and dP^T = V_w dO^T, both (16 keys x kBlockM queries).
+    float s[kBlockM / 8][4], dp[kBlockM / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      ldmatrix_x4(ka, a_frag(sK, kLd, warp * 16, kk * 16, lane));
+      ldmatrix_x4(va, a_frag(sV, kLd, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int mm = 0; mm < kBlockM / 16; ++mm) {
+        uint32_t bq[4], bdo[4];
+        ldmatrix_x4(bq, b_frag_pair(q_s, kLd, mm * 16, kk * 16, lane));
+        ldmatrix_x4(bdo, b_frag_pair(do_s, kLd, mm * 16, kk * 16, lane));
+        E::mma(s[2 * mm], ka, bq[0], bq[1]);
+        E::mma(s[2 * mm + 1], ka, bq[2], bq[3]);
+        E::mma(dp[2 * mm], va, bdo[0], bdo[1]);
+        E::mma(dp[2 * mm + 1], va, bdo[2], bdo[3]);
+      }
+    }
+
+    // P^T = exp(S^T*scale - L) (0 where masked), then dS^T = P^T ⊙ (dP^T - D).
+    const bool need_mask =
+        (m0 + kBlockM > p.seqlen_q) || (n0 + kBlockN > p.seqlen_k) || (IsCausal && m0 < n0 + kBlockN - 1);
+#pragma unroll
+    for (int mt = 0; mt < kBlockM / 8; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q_local = mt * 8 + (lane % 4) * 2 + (e % 2);
+        const int key = key_a + (e / 2) * 8;
+        const int q = m0 + q_local;
+        float pv = exp2f(fmaf(s[mt][e], scale_log2, -l_s[q_local] * static_cast<float>(M_LOG2E)));
+        if (need_mask && (q >= p.seqlen_q || key >= p.seqlen_k || (IsCausal && q < key))) pv = 0.f;
+        s[mt][e] = pv;
+        dp[mt][e] = pv * (dp[mt][e] - dsum_s[q_local]);
+      }
+    }
+
+    // dV += P^T dO and dK += dS^T Q (A operands straight from the accumulators, Note [mma fragments]).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      const uint32_t pa[4] = {E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
+                              E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t dsa[4] = {E::pack(dp[2 * kk][0], dp[2 * kk][1]), E::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                               E::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                               E::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      // dS^T to shared memory for the dQ product (rows: this warp's keys, cols: queries).
+      T* ds_row = sdS + (warp * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
+      *reinterpret_cast<uint32_t*>(ds_row) = dsa[0];
+      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS) = dsa[1];
+      *reinterpret_cast<uint32_t*>(ds_row + 8) = dsa[2];
+      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS + 8) = dsa[3];
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t bdo[4], bq[4];
+        ldmatrix_x4_trans(bdo, bt_frag_pair(do_s, kLd, kk * 16, dd * 16, lane));
+        ldmatrix_x4_trans(bq, bt_frag_pair(q_s, kLd, kk * 16, dd * 16, lane));
+        E::mma(acc_dv[2 * dd], pa, bdo[0], bdo[1]);
+        E::mma(acc_dv[2 * dd + 1], pa, bdo[2], bdo[3]);
+        E::mma(acc_dk[2 * dd], dsa, bq[0], bq[1]);
+        E::mma(acc_dk[2 * dd + 1], dsa, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ_i += dS K over this block's keys (unscaled; the convert kernel applies the softmax scale).
+    float acc_dq[kDqTiles][4];
+#pragma unroll
+    for (int i = 0; i < kDqTiles; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t dsa[4];
+      ldmatrix_x4_trans(dsa, at_frag(sdS, kLdS, kk * 16, dq_m * 16, lane));
+#pragma unroll
+      for (int i = 0; i < kDqTiles; ++i) {
+        const int nt = dq_n0 + i * kNStride;
+        if (nt < D / 8) {
+          uint32_t bk[2];
+          ldmatrix_x2_trans(bk, sK + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kLd + nt * 8);
+          E::mma(acc_dq[i], dsa, bk[0], bk[1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kDqTiles; ++i) {
+      const int nt = dq_n0 + i * kNStride;
+      if (nt >= D / 8) continue;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int q = m0 + dq_m * 16 + lane / 4 + r * 8;
+        if (q < p.seqlen_q) {
+          float* dst = gdQacc + static_cast<int64_t>(q) * D + nt * 8 + (lane % 4) * 2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc_dq[i][2 * r], acc_dq[i][2 * r + 1]));
+#else
+          atomicAdd(dst, acc_dq[i][2 * r]);
+          atomicAdd(dst + 1, acc_dq[i][2 * r + 1]);
+#endif
+        }
+      }
+    }
+    __syncthreads();  // sdS and this step's Q/dO buffer are free again
+  }
+
+  // Epilogue: dK carries the softmax scale (dK = dS^T Q * scale); keys past Nk are dropped.
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + h * p.dk_head_stride;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + h * p.dv_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_a + r * 8;
+    if (key >= p.seqlen_k) continue;
+    T* dk_row = gdK + key * p.dk_row_stride + (lane % 4) * 2;
+    T* dv_row = gdV + key * p.dv_row_stride + (lane % 4) * 2;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) =
+          E::pack(acc_dk[dt][2 * r] * p.scale, acc_dk[dt][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = E::pack(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------- dQ convert
+
+// dq = dq_accum * scale in the input dtype; one thread per 8 elements (16-byte stores).
+template <typename T, int D>
+__global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  constexpr int kChunksPerRow = D / 8;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
+  if (chunk >= rows * kChunksPerRow) return;
+  const int64_t flat_row = chunk / kChunksPerRow;  // (bh, row) flattened
+  const int c = static_cast<int>(chunk % kChunksPerRow) * 8;
+  const int row = static_cast<int>(flat_row % p.seqlen_q);
+  const int bh = static_cast<int>(flat_row / p.seqlen_q), b = bh / p.heads, h = bh % p.heads;
+  const float* src = p.dq_accum + flat_row * D + c;
+  const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  uint4 out;
+  out.x = Elem<T>::pack(x0.x * p.scale, x0.y * p.scale);
+  out.y = Elem<T>::pack(x0.z * p.scale, x0.w * p.scale);
+  out.z = Elem<T>::pack(x1.x * p.scale, x1.y * p.scale);
+  out.w = Elem<T>::pack(x1.z * p.scale, x1.w * p.scale);
+  T* dst = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + c;
+  *reinterpret_cast<uint4*>(dst) = out;
+}
+
+}  // namespace lmscale::kernels::flash

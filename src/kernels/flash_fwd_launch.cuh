@@ -1,0 +1,50 @@
+// Host side of the FlashAttention-2 forward: turns flash_tiles.h choices into kernel template arguments,
+// raises the dynamic shared-memory limit, picks the grid and launches. Included only by the generated
+// flash_fwd_hdim*_*.cu files, each of which instantiates one (dtype, head dim).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/flash_fwd_kernel.cuh"
+#include "kernels/flash_tiles.h"
+
+namespace lmscale::kernels {
+
+// Defined (explicitly specialised) once per (T, D) in a generated .cu file; flash_api.cu dispatches.
+template <typename T, int D>
+void run_flash_fwd_(const FlashParams& p, cudaStream_t stream);
+
+namespace flash {
+
+template <typename T, int D, bool IsCausal>
+void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
+  constexpr int kWarps = flash_tiles::fwd_warps(D);
+  constexpr int kBlockM = flash_tiles::fwd_block_m(D);
+  constexpr int kBlockN = flash_tiles::fwd_block_n(D);
+  constexpr int kSmem = flash_tiles::fwd_smem_bytes(D);
+  static_assert(flash_tiles::padded_row_is_conflict_free(D), "shared rows must stay ldmatrix conflict-free");
+  auto kernel = flash_fwd_kernel<T, D, kBlockM, kBlockN, kWarps, IsCausal>;
+  if (kSmem > 48 * 1024)
+    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int batch_heads = p.batch * p.heads;
+  if (batch_heads > 65535)
+    throw std::runtime_error("flash_fwd: batch*heads = " + std::to_string(batch_heads) +
+                             " exceeds the grid's y limit 65535; split the batch");
+  dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, batch_heads);
+  kernel<<<grid, kWarps * 32, kSmem, stream>>>(p);
+  LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
+}
+
+template <typename T, int D>
+void run_flash_fwd_hdim(const FlashParams& p, cudaStream_t stream) {
+  if (p.is_causal)
+    launch_flash_fwd<T, D, true>(p, stream);
+  else
+    launch_flash_fwd<T, D, false>(p, stream);
+}
+
+}  // namespace flash
+}  // namespace lmscale::kernels

@@ -1,0 +1,54 @@
+// The one boundary between ops/ and the FlashAttention-2 CUDA kernels: a plain params struct
+// (pointers, element strides, sizes, scale, flags) and the run_flash_* entry points. No ATen, no CUDA
+// headers: ops/ fills the struct from tensors, the .cu files read it. Layout everywhere: (B, H, N, D).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace lmscale::kernels {
+
+enum class FlashDtype { kBF16 = 0, kFP16 = 1 };
+
+// Element strides (not bytes). The last dim (D) must be contiguous and every row start 16-byte aligned
+// (the kernels move rows with 16-byte cp.async); ops/ checks this before filling the struct.
+struct FlashParams {
+  // Inputs, shape (B, H, Nq, D) for q/o/dout and (B, H, Nk, D) for k/v.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;           // forward output, q's layout and dtype
+  float* lse = nullptr;        // logsumexp L, fp32, contiguous (B, H, Nq); written by fwd, read by bwd
+  const void* dout = nullptr;  // bwd: dO, layout of o
+  void* dq = nullptr;          // bwd outputs in the input dtype: dq like q, dk/dv like k/v
+  void* dk = nullptr;
+  void* dv = nullptr;
+  // bwd workspaces supplied by the caller (ops/ allocates them; kernels never allocate):
+  float* dq_accum = nullptr;  // fp32 (B, H, Nq, D) contiguous; the kernel zeroes it itself
+  float* dsum = nullptr;      // fp32 (B, H, Nq) contiguous: D_i = rowsum(dO ⊙ O)
+
+  int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
+  int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
+  int64_t v_batch_stride = 0, v_head_stride = 0, v_row_stride = 0;
+  int64_t o_batch_stride = 0, o_head_stride = 0, o_row_stride = 0;      // o and dout share this layout
+  int64_t do_batch_stride = 0, do_head_stride = 0, do_row_stride = 0;
+  int64_t dq_batch_stride = 0, dq_head_stride = 0, dq_row_stride = 0;
+  int64_t dk_batch_stride = 0, dk_head_stride = 0, dk_row_stride = 0;  // dk and dv share this layout
+  int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
+
+  int batch = 0, heads = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
+  float scale = 0.f;  // softmax scale, 1/sqrt(D) by default
+  bool is_causal = false;  // query i sees keys j <= i; requires seqlen_q == seqlen_k
+  FlashDtype dtype = FlashDtype::kBF16;
+};
+
+// True when this build holds kernels for (dtype, head_dim); see LMSCALE_FA_HEADDIMS / _DTYPES.
+bool flash_supported(FlashDtype dtype, int head_dim);
+// The built set, e.g. "bf16/fp16 x {16, 32, 64, 80, 128}", for error messages.
+std::string flash_supported_list();
+
+// Launch on `stream` (a cudaStream_t passed as void* so this header needs no CUDA include).
+// Throw std::runtime_error (file, line, kernel) on an unsupported config or any CUDA error.
+void run_flash_fwd(const FlashParams& params, void* stream);
+void run_flash_bwd(const FlashParams& params, void* stream);
+
+}  // namespace lmscale::kernels
