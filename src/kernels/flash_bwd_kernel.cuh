@@ -62,8 +62,10 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
   T* sV = sK + kBlockN * kLd;
   T* sQ = sV + kBlockN * kLd;          // [2][kBlockM][kLd], double-buffered over query tiles
   T* sdO = sQ + 2 * kBlockM * kLd;     // [2][kBlockM][kLd]
-  T* sdS = sdO + 2 * kBlockM * kLd;    // [kBlockN][kLdS]: dS^T of the current query tile
-  float* sL = reinterpret_cast<float*>(sdS + kBlockN * kLdS);  // [2][kBlockM]
+  // [2][kBlockN][kLdS]: dS^T, double-buffered so that writing step i+1's dS^T needs no barrier after
+  // step i's dQ product (see the loop's last comment).
+  T* sdS = sdO + 2 * kBlockM * kLd;
+  float* sL = reinterpret_cast<float*>(sdS + 2 * kBlockN * kLdS);  // [2][kBlockM]
   float* sDsum = sL + 2 * kBlockM;                               // [2][kBlockM]
 
   const int n_block = blockIdx.x;  // causal: small n has the most query tiles and goes first
@@ -124,6 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
     const T* do_s = sdO + buf * kBlockM * kLd;
     const float* l_s = sL + buf * kBlockM;
     const float* dsum_s = sDsum + buf * kBlockM;
+    T* ds_s = sdS + buf * kBlockN * kLdS;
 
     // S^T = K_w Q^T and dP^T = V_w dO^T, both (16 keys x kBlockM queries).
     float s[kBlockM / 8][4], dp[kBlockM / 8][4];
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
                                E::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                                E::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
       // dS^T to shared memory for the dQ product (rows: this warp's keys, cols: queries).
-      T* ds_row = sdS + (warp * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
+      T* ds_row = ds_s + (warp * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
       *reinterpret_cast<uint32_t*>(ds_row) = dsa[0];
       *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS) = dsa[1];
       *reinterpret_cast<uint32_t*>(ds_row + 8) = dsa[2];
@@ -200,7 +203,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       uint32_t dsa[4];
-      ldmatrix_x4_trans(dsa, at_frag(sdS, kLdS, kk * 16, dq_m * 16, lane));
+      ldmatrix_x4_trans(dsa, at_frag(ds_s, kLdS, kk * 16, dq_m * 16, lane));
 #pragma unroll
       for (int i = 0; i < kDqTiles; ++i) {
         const int nt = dq_n0 + i * kNStride;
@@ -229,7 +232,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
         }
       }
     }
-    __syncthreads();  // sdS and this step's Q/dO buffer are free again
+    // No barrier here: step i+1 prefetches into the Q/dO buffer that every warp stopped reading before
+    // step i's "dS^T complete" barrier, and writes the other dS^T buffer; step i+2 reuses this one only
+    // after step i+1's first barrier, which every warp reaches after finishing this dQ product.
   }
 
   // Epilogue: dK carries the softmax scale (dK = dS^T Q * scale); keys past Nk are dropped.

@@ -1,6 +1,6 @@
 // FlashAttention-2 forward device code (REFERENCE §3): one block per (128-query tile, batch*head); each
-// warp owns 16 query rows and keeps O, the running max m and the running sum l in registers while it
-// streams 64-key tiles of K and V through shared memory. Writes O (input dtype) and L = m + log l
+// warp owns kMT x 16 query rows and keeps O, the running max m and the running sum l in registers while
+// it streams 64-key tiles of K and V through shared memory (kMT > 1 reuses each K/V fragment kMT times). Writes O (input dtype) and L = m + log l
 // (fp32). Grid, shared memory and traits are chosen in flash_fwd_launch.cuh.
 #pragma once
 #include <cmath>
@@ -19,7 +19,8 @@ namespace lmscale::kernels::flash {
 
 template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
 __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParams p) {
-  static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows");
+  static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row MMA tiles");
+  constexpr int kMT = kBlockM / (16 * kWarps);  // m16 tiles per warp
   static_assert(D % 16 == 0 && kBlockN % 16 == 0, "MMA k-chunks are 16 wide");
   constexpr int kThreads = kWarps * 32;
   constexpr int kLd = D + 8;  // padded shared row, see flash_tiles.h
@@ -50,14 +51,20 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, 0, p.seqlen_k, tid);
   cp_async_commit();
 
-  uint32_t q_frag[D / 16][4];
-  float acc_o[D / 8][4];
+  uint32_t q_frag[kMT][D / 16][4];
+  float acc_o[kMT][D / 8][4];
+  float row_max[kMT][2], row_sum[kMT][2];  // row_sum: per-thread partial sums, quad-reduced at the end
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};  // per-thread partial sums; reduced over the quad at the end
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc_o[mi][i][0] = acc_o[mi][i][1] = acc_o[mi][i][2] = acc_o[mi][i][3] = 0.f;
+    row_max[mi][0] = row_max[mi][1] = -INFINITY;
+    row_sum[mi][0] = row_sum[mi][1] = 0.f;
+  }
   const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
-  const int row_a = m0 + warp * 16 + lane / 4;  // this thread's two rows: row_a and row_a + 8
+  const int warp_row0 = warp * 16 * kMT;
+  // This thread's rows: row_a + mi*16 and row_a + mi*16 + 8 (Note [mma fragments]).
+  const int row_a = m0 + warp_row0 + lane / 4;
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = j * kBlockN;
@@ -67,21 +74,29 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     __syncthreads();
     if (j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_frag[kk], a_frag(sQ, kLd, warp * 16, kk * 16, lane));
+      for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(q_frag[mi][kk], a_frag(sQ, kLd, warp_row0 + mi * 16, kk * 16, lane));
     }
 
     // S = Q K_j^T (raw scores; the scale is folded into the exponent below).
-    float s[kBlockN / 8][4];
+    float s[kMT][kBlockN / 8][4];
 #pragma unroll
-    for (int i = 0; i < kBlockN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+      for (int i = 0; i < kBlockN / 8; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int nn = 0; nn < kBlockN / 16; ++nn) {
         uint32_t bk[4];
         ldmatrix_x4(bk, b_frag_pair(sK, kLd, nn * 16, kk * 16, lane));
-        E::mma(s[2 * nn], q_frag[kk], bk[0], bk[1]);
-        E::mma(s[2 * nn + 1], q_frag[kk], bk[2], bk[3]);
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          E::mma(s[mi][2 * nn], q_frag[mi][kk], bk[0], bk[1]);
+          E::mma(s[mi][2 * nn + 1], q_frag[mi][kk], bk[2], bk[3]);
+        }
       }
     }
 
@@ -89,37 +104,42 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     const bool need_mask = (n0 + kBlockN > p.seqlen_k) || (IsCausal && n0 + kBlockN - 1 > m0);
     if (need_mask) {
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) {
+      for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = n0 + nt * 8 + (lane % 4) * 2 + (e % 2);
-          const int row = row_a + (e / 2) * 8;
-          if (col >= p.seqlen_k || (IsCausal && col > row)) s[nt][e] = -INFINITY;
+        for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = n0 + nt * 8 + (lane % 4) * 2 + (e % 2);
+            const int row = row_a + mi * 16 + (e / 2) * 8;
+            if (col >= p.seqlen_k || (IsCausal && col > row)) s[mi][nt][e] = -INFINITY;
+          }
         }
-      }
     }
 
     // Online softmax in the log2 domain: P = 2^(s*scale*log2e - m*scale*log2e).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
+    for (int mi = 0; mi < kMT; ++mi) {
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = quad_max(mx);
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // all-masked row: keep exp finite
-      const float correction = exp2f(row_max[r] * scale_log2 - m_scaled);
-      row_max[r] = mx;
-      row_sum[r] *= correction;
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[mi][r];
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        acc_o[dt][2 * r] *= correction;
-        acc_o[dt][2 * r + 1] *= correction;
-      }
+        for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * r], s[mi][nt][2 * r + 1]));
+        mx = quad_max(mx);
+        const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;  // all-masked row: keep exp finite
+        const float correction = exp2f(row_max[mi][r] * scale_log2 - m_scaled);
+        row_max[mi][r] = mx;
+        row_sum[mi][r] *= correction;
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) {
-        s[nt][2 * r] = exp2f(fmaf(s[nt][2 * r], scale_log2, -m_scaled));
-        s[nt][2 * r + 1] = exp2f(fmaf(s[nt][2 * r + 1], scale_log2, -m_scaled));
-        row_sum[r] += s[nt][2 * r] + s[nt][2 * r + 1];
+        for (int dt = 0; dt < D / 8; ++dt) {
+          acc_o[mi][dt][2 * r] *= correction;
+          acc_o[mi][dt][2 * r + 1] *= correction;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt) {
+          s[mi][nt][2 * r] = exp2f(fmaf(s[mi][nt][2 * r], scale_log2, -m_scaled));
+          s[mi][nt][2 * r + 1] = exp2f(fmaf(s[mi][nt][2 * r + 1], scale_log2, -m_scaled));
+          row_sum[mi][r] += s[mi][nt][2 * r] + s[mi][nt][2 * r + 1];
+        }
       }
     }
 
@@ -133,15 +153,23 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     // O += P V_j, P rounded to the input dtype (fp32 accumulate); see Note [mma fragments].
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t pa[4] = {E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
-                              E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) {
+        pa[mi][0] = E::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        pa[mi][1] = E::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        pa[mi][2] = E::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        pa[mi][3] = E::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t bv[4];
         ldmatrix_x4_trans(bv, bt_frag_pair(sV, kLd, kk * 16, dd * 16, lane));
-        E::mma(acc_o[2 * dd], pa, bv[0], bv[1]);
-        E::mma(acc_o[2 * dd + 1], pa, bv[2], bv[3]);
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          E::mma(acc_o[mi][2 * dd], pa[mi], bv[0], bv[1]);
+          E::mma(acc_o[mi][2 * dd + 1], pa[mi], bv[2], bv[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with V_j before the next V load overwrites it
@@ -149,16 +177,20 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
 
   // Epilogue: O /= l, L = m*scale + log(l). Rows past Nq were computed on zero-filled Q and are dropped.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_a + r * 8;
-    const float sum = quad_sum(row_sum[r]);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    if (row < p.seqlen_q) {
-      T* o_row = gO + row * p.o_row_stride + (lane % 4) * 2;
+  for (int mi = 0; mi < kMT; ++mi) {
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt)
-        *reinterpret_cast<uint32_t*>(o_row + dt * 8) = E::pack(acc_o[dt][2 * r] * inv, acc_o[dt][2 * r + 1] * inv);
-      if (lane % 4 == 0) gL[row] = sum > 0.f ? row_max[r] * p.scale + logf(sum) : INFINITY;
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_a + mi * 16 + r * 8;
+      const float sum = quad_sum(row_sum[mi][r]);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      if (row < p.seqlen_q) {
+        T* o_row = gO + row * p.o_row_stride + (lane % 4) * 2;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+          *reinterpret_cast<uint32_t*>(o_row + dt * 8) =
+              E::pack(acc_o[mi][dt][2 * r] * inv, acc_o[mi][dt][2 * r + 1] * inv);
+        if (lane % 4 == 0) gL[row] = sum > 0.f ? row_max[mi][r] * p.scale + logf(sum) : INFINITY;
+      }
     }
   }
 }
