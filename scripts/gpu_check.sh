@@ -3,8 +3,8 @@
 # included), then a short end-to-end benchmark; everything lands in OUT as one tarball (the device
 # tool returns at most 8 files) plus summary.txt. Stages are separate so a time limit loses little.
 #
-#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table warmup baselines
-#                                            profile memory lab attention (default: build tests bench)
+#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table warmup baselines graph
+#                                            flash-e2e profile memory lab attention (default: build tests bench)
 # Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
 # commit in every record (the GPU machine gets no .git).
 set -uo pipefail
@@ -42,8 +42,18 @@ for s in "${STAGES[@]}"; do
     baselines) stage baselines "$BIN" bench --size small,medium --context 512 --precision bf16 \
                  --compare torch-eager,torch-compile --out "$RES/baselines" ;;
     graph) stage graph "$BIN" bench --size small,medium --context 512 --precision bf16 --cuda-graph --out "$RES/graph" ;;
-    *) if [[ -x scripts/gpu_stage_$s.sh ]]; then stage "$s" scripts/gpu_stage_$s.sh "$BIN" "$RES";
-       else echo "unknown stage $s" | tee -a "$OUT/summary.txt"; fi ;;
+    flash-e2e) stage flash-e2e "$BIN" bench --all-sizes --attention naive,flash --context 512,4096,8192,16384 \
+                 --precision bf16 --mode train-step --warmup 2 --steps 5 --out "$RES/flash_e2e" ;;
+    profile) stage profile-small "$BIN" profile --size small --context 512 --precision bf16 --steps 3 --top 12 \
+               --trace "$RES/trace_small_bf16.json" --out "$RES"
+             stage profile-2.7B "$BIN" profile --size 2.7B --context 256 --precision bf16 --steps 2 --top 12 --out "$RES" ;;
+    memory) stage memory "$BIN" memory --size 2.7B --contexts 128 256 512 --precisions fp32 bf16 \
+              --modes forward train-step --out "$RES" ;;
+    lab) stage lab-accumulation "$BIN" lab accumulation --out "$RES"
+         stage lab-autocast "$BIN" lab autocast --device all --out "$RES" ;;
+    attention) stage attention-lb "$BIN" bench attention --leaderboard --out "$RES/attention_lb"
+               stage attention "$BIN" bench attention --out "$RES/attention" ;;
+    *) echo "unknown stage $s" | tee -a "$OUT/summary.txt" ;;
   esac
 done
 pack

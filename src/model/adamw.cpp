@@ -19,7 +19,7 @@ void FusedAdamW::step() {
     for (const auto& p : params_) {
       exp_avg_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
       exp_avg_sq_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
-      // fp32 step counter on the parameter's device: the fused kernel increments it there.
+      // fp32 step counter on the parameter's device: stays there, so a CUDA graph can replay it.
       steps_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
     }
   }
@@ -34,6 +34,8 @@ void FusedAdamW::step() {
     s.push_back(steps_[i]);
   }
   if (p.empty()) return;
+  // The fused kernel reads `step` but does not advance it (torch.optim advances it first, too).
+  at::_foreach_add_(s, 1);
   at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, opt_.lr, opt_.beta1, opt_.beta2, opt_.weight_decay,
                     opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }

@@ -7,6 +7,10 @@
 
 namespace lmscale {
 
+torch::Tensor at_least_fp32(const torch::Tensor& t) {
+  return t.element_size() < 4 ? t.to(torch::kFloat) : t;
+}
+
 void trunc_normal_(torch::Tensor& t, double std) {
   torch::NoGradGuard no_grad;
   // Sample uniformly between the CDF values of ±3σ, then map back through the inverse CDF.
@@ -55,7 +59,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto x32 = x.to(torch::kFloat);
+  auto x32 = at_least_fp32(x);
   auto inv_rms = torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (x32 * inv_rms * gain).to(x.scalar_type());
 }

@@ -7,6 +7,10 @@
 
 namespace lmscale {
 
+// Half-precision tensors upcast to fp32; fp32/fp64 returned as they are. The spec computes norms
+// and the loss "in fp32"; keeping fp64 as fp64 lets gradient checks run in double precision.
+torch::Tensor at_least_fp32(const torch::Tensor& t);
+
 // In-place truncated normal: mean 0, given std, cut at ±3 std (inverse-CDF sampling, as PyTorch).
 void trunc_normal_(torch::Tensor& t, double std);
 

@@ -41,7 +41,7 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
-  auto flat = logits.reshape({-1, logits.size(-1)}).to(torch::kFloat);
+  auto flat = at_least_fp32(logits.reshape({-1, logits.size(-1)}));
   return torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));
 }
 

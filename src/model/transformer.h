@@ -35,7 +35,7 @@ class TransformerLMImpl : public torch::nn::Module {
 TORCH_MODULE(TransformerLM);
 
 // Mean cross-entropy over all positions; logits (B, T, V) any float dtype, targets (B, T) int64.
-// Computed in fp32 (log-softmax with max subtraction).
+// Computed in at least fp32 (log-softmax with max subtraction).
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace lmscale
