@@ -83,8 +83,9 @@ E2EResult run_torch_baseline(const E2EConfig& c, const std::string& impl) {
 std::string run_e2e_sweep(const E2ESweep& s) {
   MarkdownTable table({"size", "context", "precision", "mode", "attention", "impl", "forward ms", "backward ms",
                        "optimizer ms", "step ms", "tokens/s", "MFU", "peak memory", "lmscale speedup"});
-  int64_t model_ctx = s.model_context;
-  for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
+  int64_t model_ctx = s.model_context;  // explicit, or else the longest context of the sweep
+  if (model_ctx <= 0)
+    for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
   const size_t total = s.models.size() * s.contexts.size() * s.precisions.size() * s.modes.size() *
                        s.backends.size() * (1 + s.baselines.size());
   size_t done = 0;

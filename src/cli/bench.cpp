@@ -86,8 +86,9 @@ void run(BenchArgs a) {
   TORCH_CHECK(a.batch >= 1, "--batch must be >= 1, got ", a.batch);
   TORCH_CHECK(!a.cuda_graph || gpu, "--cuda-graph captures CUDA work and needs a GPU: drop it or use --device cuda");
   // Validate every config before the first one runs, so a typo fails in a second, not an hour in.
-  int64_t model_ctx = a.model_context;
-  for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
+  int64_t model_ctx = a.model_context;  // explicit, or else the longest context of the sweep
+  if (model_ctx <= 0)
+    for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
   for (const auto& m : s.models)
     for (auto t : s.contexts)
       for (auto p : s.precisions)
