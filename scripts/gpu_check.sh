@@ -34,7 +34,7 @@ nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
 for s in "${STAGES[@]}"; do
   case $s in
     build) stage build ./lmscale build || { tail -50 "$RES/build.log"; exit 1; } ;;
-    tests) stage tests "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:"$RES/tests.json" ;;
+    tests) stage tests timeout 240 "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:"$RES/tests.json" ;;
     bench) stage bench "$BIN" bench --out "$RES" ;;
     e2e-table) stage e2e-table "$BIN" bench --all-sizes --context 128,256,512,1024 --precision fp32,bf16 \
                  --mode forward,forward-backward,train-step --warmup 2 --steps 5 --out "$RES" ;;
