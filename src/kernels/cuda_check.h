@@ -12,6 +12,13 @@ namespace lmscale::kernels {
   throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what + " failed: " +
                            cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
+
+// The kernels put batch*heads on grid.y, whose limit is 65535.
+inline void check_grid_y(int batch_heads, const char* kernel) {
+  if (batch_heads > 65535)
+    throw std::runtime_error(std::string(kernel) + ": batch*heads = " + std::to_string(batch_heads) +
+                             " exceeds the grid's y limit 65535; split the batch");
+}
 }  // namespace lmscale::kernels
 
 #define LMSCALE_CUDA_CHECK(expr)                                                             \

@@ -171,12 +171,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
     // dV += P^T dO and dK += dS^T Q (A operands straight from the accumulators, Note [mma fragments]).
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      const uint32_t pa[4] = {E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
-                              E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const uint32_t dsa[4] = {E::pack(dp[2 * kk][0], dp[2 * kk][1]), E::pack(dp[2 * kk][2], dp[2 * kk][3]),
-                               E::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               E::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      uint32_t pa[4], dsa[4];
+      c_pair_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
+      c_pair_to_a<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
       // dS^T to shared memory for the dQ product (rows: this warp's keys, cols: queries).
       T* ds_row = ds_s + (warp * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
       *reinterpret_cast<uint32_t*>(ds_row) = dsa[0];

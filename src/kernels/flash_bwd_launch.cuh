@@ -25,9 +25,7 @@ void launch_flash_bwd(const FlashParams& p, cudaStream_t stream) {
   constexpr int kBlockN = flash_tiles::bwd_block_n(D);
   constexpr int kSmem = flash_tiles::bwd_smem_bytes(D);
   const int batch_heads = p.batch * p.heads;
-  if (batch_heads > 65535)
-    throw std::runtime_error("flash_bwd: batch*heads = " + std::to_string(batch_heads) +
-                             " exceeds the grid's y limit 65535; split the batch");
+  check_grid_y(batch_heads, "flash_bwd");
 
   constexpr int kPreThreads = 128;
   dim3 pre_grid((p.seqlen_q + kPreThreads - 1) / kPreThreads, batch_heads);

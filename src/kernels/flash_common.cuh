@@ -56,6 +56,16 @@ struct Elem<__half> {
   }
 };
 
+// The A fragment of one k16 chunk from the fp32 C fragments of the two n8 tiles that make up that
+// chunk (Note [mma fragments]), rounded to T: how P and dS feed the next matmul from registers.
+template <typename T>
+__device__ __forceinline__ void c_pair_to_a(uint32_t (&a)[4], const float (&c_lo)[4], const float (&c_hi)[4]) {
+  a[0] = Elem<T>::pack(c_lo[0], c_lo[1]);
+  a[1] = Elem<T>::pack(c_lo[2], c_lo[3]);
+  a[2] = Elem<T>::pack(c_hi[0], c_hi[1]);
+  a[3] = Elem<T>::pack(c_hi[2], c_hi[3]);
+}
+
 // ----------------------------------------------------------------------------- shared-memory loads
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

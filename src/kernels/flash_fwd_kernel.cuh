@@ -155,12 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       uint32_t pa[kMT][4];
 #pragma unroll
-      for (int mi = 0; mi < kMT; ++mi) {
-        pa[mi][0] = E::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-        pa[mi][1] = E::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-        pa[mi][2] = E::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-        pa[mi][3] = E::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-      }
+      for (int mi = 0; mi < kMT; ++mi) c_pair_to_a<T>(pa[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t bv[4];

@@ -30,9 +30,7 @@ void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
   if (kSmem > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int batch_heads = p.batch * p.heads;
-  if (batch_heads > 65535)
-    throw std::runtime_error("flash_fwd: batch*heads = " + std::to_string(batch_heads) +
-                             " exceeds the grid's y limit 65535; split the batch");
+  check_grid_y(batch_heads, "flash_fwd");
   dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, batch_heads);
   kernel<<<grid, kWarps * 32, kSmem, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
