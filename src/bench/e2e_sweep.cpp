@@ -89,7 +89,6 @@ std::string run_e2e_sweep(const E2ESweep& s) {
   const size_t total = s.models.size() * s.contexts.size() * s.precisions.size() * s.modes.size() *
                        s.backends.size() * (1 + s.baselines.size());
   size_t done = 0;
-  std::vector<Json> records;
   for (const auto& model0 : s.models)
     for (auto ctx : s.contexts)
       for (auto prec : s.precisions)
@@ -113,8 +112,8 @@ std::string run_e2e_sweep(const E2ESweep& s) {
               E2EResult r = impl == "lmscale" ? run_e2e(c) : run_torch_baseline(c, impl);
               std::cerr << " " << (r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status) << "\n";
               if (r.status == "error") std::cerr << "    " << r.message << "\n";
-              auto recs = e2e_records(c, r, impl);
-              records.insert(records.end(), recs.begin(), recs.end());
+              // Appended per config, so a sweep cut short (time limit, crash) keeps what it measured.
+              append_jsonl(s.out_dir + "/e2e.jsonl", e2e_records(c, r, impl));
               if (impl == "lmscale" && r.status == "ok") lmscale_ms = r.total.mean;
               const bool ok = r.status == "ok";
               std::string speedup = "-";
@@ -127,7 +126,6 @@ std::string run_e2e_sweep(const E2ESweep& s) {
                              ok && r.peak_bytes ? fmt_bytes(r.peak_bytes) : "-", speedup});
             }
           }
-  append_jsonl(s.out_dir + "/e2e.jsonl", records);
   std::ostringstream md;
   md << "# End-to-end benchmark\n\n"
      << "- command: `" << run_info().command << "`\n- date: " << run_info().date << "\n- commit: " << run_info().commit
