@@ -3,7 +3,7 @@
 # Gloo), `bench ddp` (+ PyTorch DDP baseline), `bench zero`. Everything lands in $OUT (JSONL, MD,
 # logs, traces tarred). Called through the device tool on nvidia-h200-x2, e.g.
 #   LMSCALE_COMMIT=abc1234 bash scripts/gpu_dist.sh build tests comm ddp torch zero
-# Phases run in the order given; the build is skipped when /tmp/b already holds one.
+# Phases run in the order given; BUILD_TARGETS limits the build (e.g. lmscale_cli only).
 # LMSCALE_SRC: source tree to build (default: this checkout; a clean snapshot can be carried).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,10 +16,15 @@ B=/tmp/b
 L=$B/lmscale
 log() { echo "[gpu_dist $(date +%T)] $*"; }
 phase_build() {
-  log "build ($SRC)"
+  # Configure as ./lmscale build does, but build only the targets this run needs.
+  log "build ($SRC) targets: ${BUILD_TARGETS:-lmscale_cli lmscale_tests}"
   [[ -e $SRC/.deps ]] || ln -s "$ROOT/.deps" "$SRC/.deps"
-  LMSCALE_BUILD_DIR=$B LMSCALE_JOBS=${LMSCALE_JOBS:-28} LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64" \
-    "$SRC/lmscale" build >"$OUT/build.log" 2>&1 || { tail -n 40 "$OUT/build.log"; exit 1; }
+  bash "$SRC/scripts/bundle_deps.sh" >/dev/null
+  local prefix; prefix=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
+  { cmake -S "$SRC" -B $B -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$(command -v python3)" \
+      -DLMSCALE_PYTHON_EXE="$(command -v python3)" -DLMSCALE_FA_HEADDIMS=64 &&
+    cmake --build $B -j "${LMSCALE_JOBS:-30}" --target ${BUILD_TARGETS:-lmscale_cli lmscale_tests}; } \
+    >"$OUT/build.log" 2>&1 || { tail -n 40 "$OUT/build.log"; exit 1; }
   python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'
   nvidia-smi topo -m 2>/dev/null | head -n 5
 }
@@ -46,7 +51,6 @@ phase_zero() {
   $L launch -n 2 -- bench zero --size ${DDP_SIZE:-xl} --out "$OUT/res" 2>&1 | tee "$OUT/zero.log"
 }
 for p in "$@"; do
-  if [[ $p == build && -x $L ]]; then log "build present"; continue; fi
   "phase_$p"
 done
 # At most 8 files come back: tar the traces, keep results and logs as they are.

@@ -27,6 +27,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "dist/flat_view.h"
+
 namespace lmscale::dist {
 namespace {
 
@@ -238,7 +240,7 @@ void DistributedDataParallel::build_buckets() {
     for (size_t k = 0; k < bucket.variables.size(); ++k) {
       const size_t i = bucket.variables[k];
       slots_[i].bucket = b;
-      slots_[i].view = bucket.buffer.narrow(0, bucket.offsets[k], bucket.lengths[k]).view(params_[i].sizes());
+      slots_[i].view = flat_view(bucket.buffer, bucket.offsets[k], params_[i].sizes());
     }
     buckets_.push_back(std::move(bucket));
   }

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "dist/flat_view.h"
+
 namespace lmscale::dist {
 
 ZeroMode parse_zero_mode(const std::string& name) {
@@ -127,7 +129,7 @@ void ShardedOptimizer::add_group(const torch::optim::OptimizerParamGroup& g) {
       at::Tensor slot = fg.flat_params.narrow(0, off, p.numel()).view(p.sizes());
       slot.copy_(p);
       p.set_data(slot);
-      p.mutable_grad() = fg.flat_grads.narrow(0, off, p.numel()).view(p.sizes());
+      p.mutable_grad() = flat_view(fg.flat_grads, off, p.sizes());
       off += p.numel();
     }
   }
@@ -169,7 +171,7 @@ void ShardedOptimizer::step_reduce_scatter() {
   for (auto& fg : flat_) {
     int64_t off = 0;
     for (auto& p : fg.params) {
-      at::Tensor view = fg.flat_grads.narrow(0, off, p.numel()).view(p.sizes());
+      at::Tensor view = flat_view(fg.flat_grads, off, p.sizes());
       at::Tensor& grad = p.mutable_grad();
       if (!grad.defined())
         view.zero_();
@@ -201,7 +203,7 @@ void ShardedOptimizer::zero_grad(bool set_to_none) {
       fg.flat_grads.zero_();
       int64_t off = 0;
       for (auto& p : fg.params) {
-        p.mutable_grad() = fg.flat_grads.narrow(0, off, p.numel()).view(p.sizes());
+        p.mutable_grad() = flat_view(fg.flat_grads, off, p.sizes());
         off += p.numel();
       }
     }
