@@ -237,7 +237,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     if (!std::isnan(best_mb)) record("overhead-model", prec, nullptr, -1, "measured_best_bucket", best_mb, "MB");
     table.add_row({prec, "model: o=" + fmt(o_s * 1e6, 1) + "us w=" + fmt(w / 1e9, 1) + "GB/s s=" + fmt_bytes(s_bytes),
                    "-", "-", "-", "-", "-", "-",
-                   "best bucket " + fmt(pred, 1) + " MB (measured " + (std::isnan(best_mb) ? "-" : fmt(best_mb, 0)) +
+                   "best bucket " + fmt(pred, 1) + " MB (measured " + (std::isnan(best_mb) ? "-" : fmt(best_mb, best_mb < 1 ? 2 : 0)) +
                        " MB)"});
   }
   if (!lead) return "";
