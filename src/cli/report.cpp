@@ -1,6 +1,7 @@
 // `lmscale report`: gathers benchmark outputs (JSON Lines + markdown tables, plots, traces) from
 // result folders into docs/results/, skipping records already there, then draws the PNG plots
 // (scripts/plot_results.py) and writes an index. Tables are never typed by hand: they come from here.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -48,7 +49,11 @@ void report(const std::vector<std::string>& inputs, const std::string& out_dir, 
     for (const auto& e : fs::recursive_directory_iterator(in)) {
       if (!e.is_regular_file()) continue;
       const auto ext = e.path().extension().string();
-      const fs::path dst = out / e.path().filename();
+      // Records merge by file name (they carry their own command); human files from a sub-folder
+      // keep it as a prefix, so baselines/e2e.md does not overwrite the top-level e2e.md.
+      std::string rel = fs::relative(e.path(), in).string();
+      if (ext != ".jsonl") std::replace(rel.begin(), rel.end(), '/', '_');
+      const fs::path dst = out / (ext == ".jsonl" ? e.path().filename().string() : rel);
       if (fs::equivalent(e.path().parent_path(), out)) continue;
       if (ext == ".jsonl") {
         std::cout << e.path().string() << ": " << merge_jsonl(e.path(), dst) << " new records → " << dst.string()
