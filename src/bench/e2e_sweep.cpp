@@ -80,12 +80,28 @@ E2EResult run_torch_baseline(const E2EConfig& c, const std::string& impl) {
   return r;
 }
 
+int64_t sweep_model_context(const E2ESweep& s) {
+  int64_t t = s.model_context;
+  if (t <= 0)
+    for (auto c : s.contexts) t = std::max(t, c);
+  return t;
+}
+
+E2EConfig sweep_config(const E2ESweep& s, const ModelConfig& model, int64_t context, c10::ScalarType precision,
+                       BenchMode mode, AttentionBackend backend) {
+  E2EConfig c = s.base;
+  c.setup.model = model;
+  c.setup.model.context_length = sweep_model_context(s);
+  c.setup.model.attention = backend;
+  c.setup.context = context;
+  c.setup.precision = precision;
+  c.mode = mode;
+  return c;
+}
+
 std::string run_e2e_sweep(const E2ESweep& s) {
   MarkdownTable table({"size", "context", "precision", "mode", "attention", "impl", "forward ms", "backward ms",
                        "optimizer ms", "step ms", "tokens/s", "MFU", "peak memory", "lmscale speedup"});
-  int64_t model_ctx = s.model_context;  // explicit, or else the longest context of the sweep
-  if (model_ctx <= 0)
-    for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
   const size_t total = s.models.size() * s.contexts.size() * s.precisions.size() * s.modes.size() *
                        s.backends.size() * (1 + s.baselines.size());
   size_t done = 0;
@@ -94,13 +110,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
       for (auto prec : s.precisions)
         for (auto mode : s.modes)
           for (auto backend : s.backends) {
-            E2EConfig c = s.base;
-            c.setup.model = model0;
-            c.setup.model.context_length = model_ctx;
-            c.setup.model.attention = backend;
-            c.setup.context = ctx;
-            c.setup.precision = prec;
-            c.mode = mode;
+            const E2EConfig c = sweep_config(s, model0, ctx, prec, mode, backend);
             double lmscale_ms = 0;
             std::vector<std::string> impls = {"lmscale"};
             impls.insert(impls.end(), s.baselines.begin(), s.baselines.end());

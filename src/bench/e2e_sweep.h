@@ -22,6 +22,12 @@ struct E2ESweep {
   std::string out_dir = "results";
 };
 
+// The model's context length for a sweep: --model-context when given, else the longest context.
+int64_t sweep_model_context(const E2ESweep& sweep);
+// One point of the sweep as a runnable config (the one place a grid point becomes an E2EConfig).
+E2EConfig sweep_config(const E2ESweep& sweep, const ModelConfig& model, int64_t context, c10::ScalarType precision,
+                       BenchMode mode, AttentionBackend backend);
+
 // Runs the sweep, appends records to <out>/e2e.jsonl, writes <out>/e2e.md and returns the table.
 std::string run_e2e_sweep(const E2ESweep& sweep);
 

@@ -86,29 +86,13 @@ void run(BenchArgs a) {
   TORCH_CHECK(a.batch >= 1, "--batch must be >= 1, got ", a.batch);
   TORCH_CHECK(!a.cuda_graph || gpu, "--cuda-graph captures CUDA work and needs a GPU: drop it or use --device cuda");
   // Validate every config before the first one runs, so a typo fails in a second, not an hour in.
-  int64_t model_ctx = a.model_context;  // explicit, or else the longest context of the sweep
-  if (model_ctx <= 0)
-    for (auto t : s.contexts) model_ctx = std::max(model_ctx, t);
   for (const auto& m : s.models)
     for (auto t : s.contexts)
       for (auto p : s.precisions)
-        for (auto b : s.backends) {
-          StepSetup st = s.base.setup;
-          st.model = m;
-          st.model.context_length = model_ctx;
-          st.model.attention = b;
-          st.context = t;
-          st.precision = p;
-          validate(st);
-        }
+        for (auto b : s.backends) validate(sweep_config(s, m, t, p, s.modes.front(), b).setup);
   if (a.warmup_study) {
-    E2EConfig c = s.base;
-    c.setup.model = s.models.front();
-    c.setup.model.context_length = model_ctx;
-    c.setup.model.attention = s.backends.front();
-    c.setup.context = s.contexts.front();
-    c.setup.precision = s.precisions.front();
-    c.mode = s.modes.front();
+    const E2EConfig c = sweep_config(s, s.models.front(), s.contexts.front(), s.precisions.front(), s.modes.front(),
+                                      s.backends.front());
     std::cout << run_warmup_study(c, a.out);
     std::cout << "\nwrote " << a.out << "/e2e_warmup.{jsonl,md}\n";
     return;
