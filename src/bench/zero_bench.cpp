@@ -125,7 +125,12 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   std::string backend = o.backend == "auto" ? (torch::cuda::is_available() ? "nccl" : "gloo") : o.backend;
   Group g = dist::make_group(dist::parse_backend(backend), store, env, timeout, "zero");
   c10::OptionalDeviceGuard guard;
-  if (g.device.is_cuda()) guard.reset_device(g.device);
+  if (g.device.is_cuda()) {
+    guard.reset_device(g.device);
+    // The caching allocator of a device that never allocated rejects stats calls ("did you call
+    // init?"): on ranks > 0 nothing has touched cuda:LOCAL_RANK yet.
+    at::empty({1}, at::TensorOptions().device(g.device));
+  }
   const bool lead = g.rank == 0;
   if (lead) set_run_gpu(g.device.is_cuda() ? device_name(g.device) : "cpu");
 
