@@ -13,10 +13,10 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <chrono>
-#include <tuple>
 #include <iostream>
 
 #include "core/device.h"
+#include "bench/dist_records.h"
 #include "core/results.h"
 #include "dist/process_group.h"
 
@@ -107,22 +107,13 @@ std::string run_comm_bench(const CommBenchOptions& o) {
         if (lead) std::cerr << " " << fmt(t * 1e3, 3) << " ms, busbw " << fmt(busbw) << " GB/s (" << n << " iters)\n";
         table.add_row({backend, op, std::to_string(g.world_size), fmt_bytes(payload), fmt(t * 1e3, 3), fmt(algbw),
                        fmt(busbw)});
-        for (auto [metric, value, unit] : std::vector<std::tuple<const char*, double, const char*>>{
-                 {"time", t * 1e3, "ms"}, {"algbw", algbw, "GB/s"}, {"busbw", busbw, "GB/s"}}) {
-          Json r = make_record("comm", "lmscale-c10d-" + backend);
-          r["backend"] = backend;
-          r["op"] = op;
-          r["world"] = g.world_size;
-          r["size_bytes"] = payload;
-          r["size_mb"] = mb;
-          r["dtype"] = "fp32";
-          r["device"] = g.device.is_cuda() ? device_name(g.device) : "cpu";
-          r["iters"] = n;
-          r["metric"] = metric;
-          r["value"] = value;
-          r["unit"] = unit;
-          records.push_back(r);
-        }
+        const Json config{{"backend", backend}, {"op", op}, {"world", g.world_size}, {"size_bytes", payload},
+                          {"size_mb", mb}, {"dtype", "fp32"}, {"iters", n},
+                          {"device", g.device.is_cuda() ? device_name(g.device) : "cpu"}};
+        const std::string impl = "lmscale-c10d-" + backend;
+        records.push_back(metric_record("comm", impl, config, "time", t * 1e3, "ms"));
+        records.push_back(metric_record("comm", impl, config, "algbw", algbw, "GB/s"));
+        records.push_back(metric_record("comm", impl, config, "busbw", busbw, "GB/s"));
       }
     }
   }

@@ -24,6 +24,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "bench/dist_records.h"
 #include "core/results.h"
 #include "core/timer.h"
 #include "dist/ddp.h"
@@ -147,19 +148,11 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   std::vector<Json> records;
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
                     const char* metric, double value, const char* unit) {
-    Json r = make_record("ddp", impl);
-    r["size"] = o.size;
-    r["precision"] = prec;
-    r["batch"] = o.batch;
-    r["context"] = o.context;
-    r["world"] = g.world_size;
-    r["backend"] = backend;
-    if (c && c->impl == "bucketed") r["bucket_mb"] = c->bucket_mb;
-    if (n_buckets >= 0) r["n_buckets"] = n_buckets;
-    r["metric"] = metric;
-    r["value"] = value;
-    r["unit"] = unit;
-    records.push_back(r);
+    Json config{{"size", o.size},       {"precision", prec},     {"batch", o.batch},
+                {"context", o.context}, {"world", g.world_size}, {"backend", backend}};
+    if (c && c->impl == "bucketed") config["bucket_mb"] = c->bucket_mb;
+    if (n_buckets >= 0) config["n_buckets"] = n_buckets;
+    records.push_back(metric_record("ddp", impl, config, metric, value, unit));
   };
 
   for (size_t pi = 0; pi < o.precisions.size(); ++pi) {

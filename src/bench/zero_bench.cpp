@@ -12,6 +12,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "bench/dist_records.h"
 #include "core/results.h"
 #include "core/timer.h"
 #include "dist/ddp.h"
@@ -165,17 +166,9 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
              {"grad_bytes", m.grads, "B"},
              {"optimizer_state_bytes", m.state, "B"},
              {"step_time", m.step_ms, "ms"}}) {
-      Json r = make_record("zero", "lmscale-" + impl);
-      r["size"] = o.size;
-      r["precision"] = o.precision;
-      r["batch"] = o.batch;
-      r["context"] = o.context;
-      r["world"] = g.world_size;
-      r["backend"] = backend;
-      r["metric"] = metric;
-      r["value"] = value;
-      r["unit"] = unit;
-      records.push_back(r);
+      const Json config{{"size", o.size},       {"precision", o.precision}, {"batch", o.batch},
+                        {"context", o.context}, {"world", g.world_size},    {"backend", backend}};
+      records.push_back(metric_record("zero", "lmscale-" + impl, config, metric, value, unit));
     }
   }
   if (!lead) return "";

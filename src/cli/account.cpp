@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/registry.h"
+#include "bench/dist_records.h"
 #include "core/results.h"
 #include "dist/accounting.h"
 
@@ -48,19 +49,11 @@ LMSCALE_SUBCOMMAND("", "account", "parallelism accounting: FP32 state vs BF16 ac
                fmt(r.compute_bound_batch_per_device, 1) + " tokens", "F/(Y·W·M_X) / (F/C − Y/(W·M_Y))"});
     t.add_row({"compute-bound batch total", fmt(r.compute_bound_batch_total, 0) + " tokens", "× X·Y devices"});
     std::vector<lmscale::Json> recs;
+    const lmscale::Json config{{"d_model", in.d_model}, {"d_ff", in.d_ff},   {"blocks", in.blocks},
+                               {"tokens", in.tokens},   {"fsdp_devices", in.fsdp_devices},
+                               {"fsdp_x", in.fsdp_x},   {"tp_y", in.tp_y}};
     auto add = [&](const char* metric, double v, const char* unit) {
-      auto rec = lmscale::make_record("account", "lmscale-account");
-      rec["d_model"] = in.d_model;
-      rec["d_ff"] = in.d_ff;
-      rec["blocks"] = in.blocks;
-      rec["tokens"] = in.tokens;
-      rec["fsdp_devices"] = in.fsdp_devices;
-      rec["fsdp_x"] = in.fsdp_x;
-      rec["tp_y"] = in.tp_y;
-      rec["metric"] = metric;
-      rec["value"] = v;
-      rec["unit"] = unit;
-      recs.push_back(rec);
+      recs.push_back(lmscale::metric_record("account", "lmscale-account", config, metric, v, unit));
     };
     add("params", r.params, "count");
     add("training_state_fp32", r.training_state, "B");
