@@ -65,6 +65,9 @@ struct BadInput {
   std::string args, env, must_mention;
 };
 
+// Test names and failure messages show the command line, not the struct's bytes.
+void PrintTo(const BadInput& b, std::ostream* os) { *os << "'" << b.args << "'"; }
+
 class BenchCliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(BenchCliBadInput, FailsWithMessageNamingTheFix) {
