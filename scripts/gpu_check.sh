@@ -45,8 +45,9 @@ for s in "${STAGES[@]}"; do
     flash-e2e) stage flash-e2e "$BIN" bench --all-sizes --attention naive,flash --context 512,4096,8192,16384 \
                  --precision bf16 --mode train-step --warmup 2 --steps 5 --out "$RES/flash_e2e" ;;
     profile) stage profile-small "$BIN" profile --size small --context 512 --precision bf16 --steps 3 --top 12 \
-               --trace "$RES/trace_small_bf16.json" --out "$RES"
-             stage profile-2.7B "$BIN" profile --size 2.7B --context 256 --precision bf16 --steps 2 --top 12 --out "$RES" ;;
+               --trace "$RES/trace_small_bf16.json" --out "$RES/profile_small"
+             stage profile-2.7B "$BIN" profile --size 2.7B --context 256 --precision bf16 --steps 2 --top 12 \
+               --out "$RES/profile_2.7B" ;;
     memory) stage memory "$BIN" memory --size 2.7B --contexts 128 256 512 --precisions fp32 bf16 \
               --modes forward train-step --out "$RES" ;;
     lab) stage lab-accumulation "$BIN" lab accumulation --out "$RES"
