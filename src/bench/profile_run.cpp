@@ -10,7 +10,6 @@
 #include <set>
 #include <unordered_set>
 
-#include "core/autocast.h"
 #include "core/device.h"
 #include "core/nvtx.h"
 
@@ -67,23 +66,10 @@ ProfileReport run_profile(const ProfileOptions& o) {
     prof::enableProfiler(config, activities);
   };
 
-  // The three phases of TrainingStep::run, split so that each gets its own profiler window. Same
-  // ranges, autocast and order as there; forward keeps autograd on because backward follows.
-  torch::Tensor loss;
-  auto forward = [&] {
-    ScopedRange r("forward");
-    AutocastScope autocast(dev.type(), o.setup.precision);
-    loss = cross_entropy(step.model()(step.inputs()), step.targets());
-  };
-  auto backward = [&] {
-    ScopedRange r("backward");
-    loss.backward();
-  };
-  auto optimizer = [&] {
-    ScopedRange r("optimizer");
-    step.optimizer().step();
-    step.optimizer().zero_grad();
-  };
+  // The three phases of TrainingStep::run, each in its own profiler window.
+  auto forward = [&] { step.forward(BenchMode::TrainStep); };
+  auto backward = [&] { step.backward(); };
+  auto optimizer = [&] { step.optimizer_step(); };
   const std::vector<std::pair<std::string, std::function<void()>>> phases = {
       {"forward", forward}, {"backward", backward}, {"optimizer", optimizer}};
 

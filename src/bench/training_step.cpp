@@ -60,31 +60,38 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
 }
 
+void TrainingStep::forward(BenchMode mode) {
+  ScopedRange r("forward");
+  std::optional<torch::NoGradGuard> no_grad;
+  if (mode == BenchMode::Forward) no_grad.emplace();
+  AutocastScope autocast(setup_.device.type(), setup_.precision);
+  loss_ = cross_entropy(model_(inputs_), targets_);
+}
+
+void TrainingStep::backward() {
+  TORCH_CHECK(loss_.defined() && loss_.requires_grad(), "TrainingStep::backward needs a forward with autograd first");
+  ScopedRange r("backward");
+  loss_.backward();  // outside autocast, as PyTorch recommends
+}
+
+void TrainingStep::optimizer_step(bool keep_grads) {
+  ScopedRange r("optimizer");
+  optimizer_->step();
+  optimizer_->zero_grad(!keep_grads);
+}
+
 void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
-  {
-    ScopedRange r("forward");
-    std::optional<torch::NoGradGuard> no_grad;
-    if (mode == BenchMode::Forward) no_grad.emplace();
-    AutocastScope autocast(setup_.device.type(), setup_.precision);
-    loss_ = cross_entropy(model_(inputs_), targets_);
-  }
+  forward(mode);
   if (clock) clock->mark();
   if (mode == BenchMode::Forward) return;
-  {
-    ScopedRange r("backward");
-    loss_.backward();
-  }
+  backward();
   if (clock) clock->mark();
   if (mode == BenchMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
-  {
-    ScopedRange r("optimizer");
-    optimizer_->step();
-    optimizer_->zero_grad(!keep_grads);
-  }
+  optimizer_step(keep_grads);
   if (clock) clock->mark();
 }
 

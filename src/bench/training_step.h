@@ -44,6 +44,13 @@ class TrainingStep {
   // keep_grads is true (CUDA-graph capture needs gradients at fixed addresses).
   void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
+  // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
+  // DDP's finish call). Same ranges and autocast as run(). forward(Forward) runs without autograd;
+  // backward() needs a forward in another mode first.
+  void forward(BenchMode mode);
+  void backward();
+  void optimizer_step(bool keep_grads = false);
+
   // Model FLOPs of one step in this mode (matmuls incl. attention, PaLM convention: backward = 2×
   // forward, causal attention counted in full). Used for MFU.
   double flops(BenchMode mode) const;
