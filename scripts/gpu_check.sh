@@ -23,7 +23,8 @@ pack() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
 stage() {  # stage NAME CMD... : run, log to RES/NAME.log, record status and seconds in summary.txt
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$RES/$name.log" 2>&1
+  # Run inside RES with relative --out paths, so recorded commands name no machine's folders.
+  (cd "$RES" && "$@") >"$RES/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
   pack
@@ -33,27 +34,27 @@ stage() {  # stage NAME CMD... : run, log to RES/NAME.log, record status and sec
 nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
 for s in "${STAGES[@]}"; do
   case $s in
-    build) stage build ./lmscale build || { tail -50 "$RES/build.log"; exit 1; } ;;
-    tests) stage tests timeout 240 "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:"$RES/tests.json" ;;
-    bench) stage bench "$BIN" bench --out "$RES" ;;
+    build) stage build "$ROOT/lmscale" build || { tail -50 "$RES/build.log"; exit 1; } ;;
+    tests) stage tests timeout 240 "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:tests.json ;;
+    bench) stage bench "$BIN" bench --out . ;;
     e2e-table) stage e2e-table "$BIN" bench --all-sizes --context 128,256,512,1024 --precision fp32,bf16 \
-                 --mode forward,forward-backward,train-step --warmup 2 --steps 5 --out "$RES" ;;
-    warmup) stage warmup "$BIN" bench --size small --context 512 --precision bf16 --warmup-study --out "$RES" ;;
+                 --mode forward,forward-backward,train-step --warmup 2 --steps 5 --out . ;;
+    warmup) stage warmup "$BIN" bench --size small --context 512 --precision bf16 --warmup-study --out . ;;
     baselines) stage baselines "$BIN" bench --size small,medium --context 512 --precision bf16 \
-                 --compare torch-eager,torch-compile --out "$RES/baselines" ;;
-    graph) stage graph "$BIN" bench --size small,medium --context 512 --precision bf16 --cuda-graph --out "$RES/graph" ;;
+                 --compare torch-eager,torch-compile --out baselines ;;
+    graph) stage graph "$BIN" bench --size small,medium --context 512 --precision bf16 --cuda-graph --out graph ;;
     flash-e2e) stage flash-e2e "$BIN" bench --all-sizes --attention naive,flash --context 512,4096,8192,16384 \
-                 --precision bf16 --mode train-step --warmup 2 --steps 5 --out "$RES/flash_e2e" ;;
+                 --precision bf16 --mode train-step --warmup 2 --steps 5 --out flash_e2e ;;
     profile) stage profile-small "$BIN" profile --size small --context 512 --precision bf16 --steps 3 --top 12 \
-               --trace "$RES/trace_small_bf16.json" --out "$RES/profile_small"
+               --trace trace_small_bf16.json --out profile_small
              stage profile-2.7B "$BIN" profile --size 2.7B --context 256 --precision bf16 --steps 2 --top 12 \
-               --out "$RES/profile_2.7B" ;;
+               --out profile_2.7B ;;
     memory) stage memory "$BIN" memory --size 2.7B --contexts 128 256 512 --precisions fp32 bf16 \
-              --modes forward train-step --out "$RES" ;;
-    lab) stage lab-accumulation "$BIN" lab accumulation --out "$RES"
-         stage lab-autocast "$BIN" lab autocast --device all --out "$RES" ;;
-    attention) stage attention-lb "$BIN" bench attention --leaderboard --out "$RES/attention_lb"
-               stage attention "$BIN" bench attention --out "$RES/attention" ;;
+              --modes forward train-step --out . ;;
+    lab) stage lab-accumulation "$BIN" lab accumulation --out .
+         stage lab-autocast "$BIN" lab autocast --device all --out . ;;
+    attention) stage attention-lb "$BIN" bench attention --leaderboard --out attention_lb
+               stage attention "$BIN" bench attention --out attention ;;
     *) echo "unknown stage $s" | tee -a "$OUT/summary.txt" ;;
   esac
 done
