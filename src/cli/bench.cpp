@@ -19,17 +19,6 @@ struct BenchArgs {
   bool cuda_graph = false, warmup_study = false, all_sizes = false;
 };
 
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (const auto& s : in) {
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 lmscale::ModelConfig custom_or_named(const std::string& size, const BenchArgs& a) {
   if (size != "custom") {
     auto c = lmscale::model_config(size);
@@ -65,12 +54,12 @@ void run(BenchArgs a) {
   for (auto t : a.contexts) TORCH_CHECK(t > 0, "--context must be positive, got ", t);
 
   E2ESweep s;
-  for (const auto& n : split_commas(a.sizes)) s.models.push_back(custom_or_named(n, a));
+  for (const auto& n : a.sizes) s.models.push_back(custom_or_named(n, a));
   s.contexts = a.contexts;
-  for (const auto& p : split_commas(a.precisions)) s.precisions.push_back(parse_dtype(p));
-  for (const auto& m : split_commas(a.modes)) s.modes.push_back(parse_mode(m));
-  for (const auto& b : split_commas(a.attention)) s.backends.push_back(parse_attention_backend(b));
-  s.baselines = split_commas(a.compare);
+  for (const auto& p : a.precisions) s.precisions.push_back(parse_dtype(p));
+  for (const auto& m : a.modes) s.modes.push_back(parse_mode(m));
+  for (const auto& b : a.attention) s.backends.push_back(parse_attention_backend(b));
+  s.baselines = a.compare;  // CLI11 already split the comma lists
   for (const auto& b : s.baselines)
     TORCH_CHECK(b == "torch-eager" || b == "torch-compile", "--compare '", b,
                 "' is not a baseline: use torch-eager and/or torch-compile");

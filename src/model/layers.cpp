@@ -31,9 +31,9 @@ void init_parameters(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& m : module.modules(/*include_self=*/true)) {
     if (auto* lin = m->as<LinearImpl>()) {
-      trunc_normal_(lin->weight, std::sqrt(2.0 / static_cast<double>(lin->weight.size(0) + lin->weight.size(1))));
+      lin->reset_parameters();
     } else if (auto* emb = m->as<EmbeddingImpl>()) {
-      trunc_normal_(emb->weight, 1.0);
+      emb->reset_parameters();
     } else if (auto* norm = m->as<RMSNormImpl>()) {
       norm->gain.fill_(1.0);
     }
@@ -42,15 +42,21 @@ void init_parameters(torch::nn::Module& module) {
 
 LinearImpl::LinearImpl(int64_t in, int64_t out) {
   weight = register_parameter("weight", torch::empty({out, in}));
-  if (!DeferInitGuard::active()) trunc_normal_(weight, std::sqrt(2.0 / static_cast<double>(in + out)));
+  if (!DeferInitGuard::active()) reset_parameters();
+}
+
+void LinearImpl::reset_parameters() {
+  trunc_normal_(weight, std::sqrt(2.0 / static_cast<double>(weight.size(0) + weight.size(1))));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
 
 EmbeddingImpl::EmbeddingImpl(int64_t n, int64_t dim) {
   weight = register_parameter("weight", torch::empty({n, dim}));
-  if (!DeferInitGuard::active()) trunc_normal_(weight, 1.0);
+  if (!DeferInitGuard::active()) reset_parameters();
 }
+
+void EmbeddingImpl::reset_parameters() { trunc_normal_(weight, 1.0); }
 
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
 

@@ -35,7 +35,8 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
-  torch::Tensor weight;                           // (out, in), std √(2/(in+out))
+  void reset_parameters();                        // trunc normal, std √(2/(in+out))
+  torch::Tensor weight;                           // (out, in)
 };
 TORCH_MODULE(Linear);
 
@@ -43,7 +44,8 @@ class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(int64_t num_embeddings, int64_t dim);
   torch::Tensor forward(const torch::Tensor& ids);  // (B, T) int64 → (B, T, C)
-  torch::Tensor weight;                             // (V, C), std 1
+  void reset_parameters();                          // trunc normal, std 1
+  torch::Tensor weight;                             // (V, C)
 };
 TORCH_MODULE(Embedding);
 
