@@ -16,7 +16,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-RES=${LMSCALE_GPU_RESULTS:-/tmp/lmscale-gpu}
+RES=${LMSCALE_GPU_RESULTS:-$LMSCALE_BUILD_DIR/results}
 mkdir -p "$OUT" "$RES"
 BIN=$LMSCALE_BUILD_DIR/lmscale
 pack() { tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
