@@ -1,0 +1,107 @@
+// lmscale._C: the pybind11 half of the Python package. Hands a torch.distributed process group to
+// the C++ DDP of src/dist/ddp.h and exposes ZeRO's shard math (src/dist/zero.h). The attention ops
+// need no binding: liblmscale registers torch.ops.lmscale.* itself (see lmscale/__init__.py).
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/bucketing.h"
+#include "dist/ddp.h"
+#include "dist/zero.h"
+
+namespace py = pybind11;
+namespace dist = lmscale::dist;
+
+namespace {
+
+// A Python ProcessGroup (torch.distributed's default group, or one from new_group) as the C++
+// Group the dist/ code expects: the backend that serves `device` (Gloo for CPU, NCCL for CUDA, or
+// the matching half of a "cpu:gloo,cuda:nccl" group), with the group's own rank and size.
+dist::Group group_from_python(c10d::ProcessGroup& pg, const c10::Device& device) {
+  dist::Group g;
+  try {
+    g.backend = pg.getBackend(device.type());
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "lmscale: the process group has no backend for ", device.type(),
+                " tensors (", e.what_without_backtrace(), "). Initialise torch.distributed with backend='gloo' "
+                "for a CPU model, 'nccl' for a CUDA model, or 'cpu:gloo,cuda:nccl' for both.");
+  }
+  TORCH_CHECK(g.backend, "lmscale: the process group returned no backend for ", device.type(), " tensors.");
+  g.kind = g.backend->getBackendName() == "nccl" ? dist::BackendKind::Nccl : dist::BackendKind::Gloo;
+  g.rank = pg.getRank();
+  g.world_size = pg.getSize();
+  g.device = device;
+  return g;
+}
+
+// The device every tensor lives on: the group reduces on one device only.
+c10::Device common_device(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers) {
+  std::optional<c10::Device> device;
+  for (const auto* list : {&params, &buffers}) {
+    for (const auto& t : *list) {
+      if (!device) device = t.device();
+      TORCH_CHECK(t.device() == *device, "lmscale.DistributedDataParallel: the module has tensors on ", *device,
+                  " and on ", t.device(), "; DDP reduces on one device per process. Move the whole module with "
+                  ".to(device) before wrapping it.");
+    }
+  }
+  return device.value_or(c10::Device(c10::kCPU));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "lmscale's C++ distributed core (DDP reducer, ZeRO shard math); use lmscale.* instead";
+
+  // The reducer behind lmscale.DistributedDataParallel. Collectives block (construction broadcasts,
+  // finish waits), so the GIL is released while C++ runs: other Python threads, and autograd
+  // threads calling back into Python, keep going.
+  py::class_<dist::DistributedDataParallel>(m, "Reducer")
+      .def(py::init([](std::vector<at::Tensor> params, std::vector<at::Tensor> buffers,
+                       c10d::ProcessGroup& process_group, std::optional<double> bucket_size_mb) {
+             dist::DdpOptions options;
+             // None: one all-reduce per parameter, launched by its hook as its gradient lands
+             // (REFERENCE §4's default); a number: buckets of at most that many MB.
+             options.strategy = bucket_size_mb ? dist::DdpStrategy::Bucketed : dist::DdpStrategy::Overlap;
+             if (bucket_size_mb) {
+               TORCH_CHECK(*bucket_size_mb >= 0, "lmscale.DistributedDataParallel: bucket_size_mb=",
+                           *bucket_size_mb, " is negative; pass a size in MB, or None for per-parameter all-reduce.");
+               options.bucket_mb = *bucket_size_mb;
+             }
+             const c10::Device device = common_device(params, buffers);
+             return std::make_unique<dist::DistributedDataParallel>(
+                 std::move(params), std::move(buffers), group_from_python(process_group, device), options);
+           }),
+           py::arg("params"), py::arg("buffers"), py::arg("process_group"), py::arg("bucket_size_mb") = py::none(),
+           py::call_guard<py::gil_scoped_release>())
+      .def("finish_gradient_synchronization", &dist::DistributedDataParallel::finish_gradient_synchronization,
+           py::call_guard<py::gil_scoped_release>())
+      .def("zero_grad", &dist::DistributedDataParallel::zero_grad, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("bucket_assignment", &dist::DistributedDataParallel::bucket_assignment,
+                             "parameter indices (after removing repeats) per bucket, in launch order")
+      .def_property_readonly("strategy",
+                             [](const dist::DistributedDataParallel& d) {
+                               return dist::ddp_strategy_name(d.options().strategy);
+                             })
+      .def_property_readonly("last_launch_order",
+                             [](const dist::DistributedDataParallel& d) { return d.last_step().launch_order; })
+      .def_property_readonly(
+          "last_launched_during_backward",
+          [](const dist::DistributedDataParallel& d) { return d.last_step().launched_during_backward; });
+
+  // ZeRO-1's ownership rule, shared with the C++ ShardedOptimizer so both shard the same way.
+  m.def(
+      "owner_by_size",
+      [](const std::vector<int64_t>& bytes, std::vector<int64_t> load) {
+        auto owners = dist::owner_by_size(bytes, load);
+        return std::make_pair(owners, load);
+      },
+      py::arg("bytes"), py::arg("load"),
+      "Owner rank per tensor (largest first, to the least-loaded rank); returns (owners, updated load).");
+
+  m.def("bucket_cap_bytes", &dist::bucket_cap_bytes, py::arg("bucket_mb"));
+}

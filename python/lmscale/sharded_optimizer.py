@@ -1,0 +1,115 @@
+"""lmscale.ShardedOptimizer: ZeRO stage 1 around any torch.optim optimizer class. Each rank builds
+the optimizer over the parameters it owns only (so it holds only their state); step() updates
+them and broadcasts each parameter from its owner.
+
+Why Python and not the C++ ShardedOptimizer of src/dist/zero.h: that class wraps libtorch's C++
+optimizers (built by an OptimizerFactory), and a Python optimizer class such as torch.optim.AdamW
+has no C++ counterpart to hand it. What does carry over is the C++ ownership rule
+(lmscale._C.owner_by_size, the one zero.h's mode 1 uses), so both languages shard alike.
+Why whole parameters (zero.h's mode 1) and not even slices of a flat buffer (mode 2): a rank then
+runs the unmodified optimizer on unmodified parameters, which keeps *any* optimizer bit-identical
+to the unsharded one, including ones that are not elementwise (torch.optim.Adafactor's row/column
+statistics would change if a parameter were cut in two).
+"""
+import torch
+import torch.distributed as dist
+
+from . import _require_extension
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """``ShardedOptimizer(params, optimizer_cls, **kwargs)``: a ``torch.optim.Optimizer`` whose rank
+    builds ``optimizer_cls(<its shard>, **kwargs)``.
+
+    - ``params``: tensors or param-group dicts, as for any optimizer; ``add_param_group`` works after
+      construction (every rank must make the same calls, in the same order; no communication).
+    - Ownership: each parameter belongs to one rank, largest first to the least-loaded rank.
+    - ``step()`` expects every rank to hold the same (averaged) ``.grad``, as after
+      ``DistributedDataParallel.finish_gradient_synchronization()``; it updates the owned parameters,
+      then every rank receives every updated parameter. Collective: every rank calls it.
+    - Hyperparameters live in ``self.param_groups`` (complete, with the optimizer's defaults), so LR
+      schedulers work; they are copied into the rank's local optimizer at each step.
+    - ``process_group`` (keyword only; default: torch.distributed's default group) picks the ranks.
+    - Not supported: optimizers that re-evaluate a closure several times per step (LBFGS); a closure
+      passed to step() is called once, before the update. ``state_dict()`` is this rank's view only
+      (the state sits in ``local_optimizer``); TODO: gather it when checkpointing needs it.
+    """
+
+    def __init__(self, params, optimizer_cls, *, process_group=None, **kwargs):
+        C = _require_extension("ShardedOptimizer")
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                "lmscale.ShardedOptimizer: torch.distributed is not initialised. Call "
+                "torch.distributed.init_process_group(...) on every rank before building it."
+            )
+        self._C = C
+        self._optimizer_cls = optimizer_cls
+        self._kwargs = kwargs
+        self._group = process_group if process_group is not None else dist.group.WORLD
+        self._rank = dist.get_rank(self._group)
+        self._world = dist.get_world_size(self._group)
+        self._load = [0] * self._world  # bytes owned per rank, carried across add_param_group calls
+        self._params = []               # every parameter, in the order given
+        self._owners = []               # owner rank (in the group) of each
+        self._local = None              # optimizer_cls over this rank's parameters; made on first need
+        self._local_group = []          # per param group: index into self._local.param_groups, or None
+        params = list(params)
+        if not params:
+            raise ValueError("lmscale.ShardedOptimizer: got an empty parameter list.")
+        # The optimizer's complete defaults (lr, betas, foreach, ...), so that self.param_groups reads
+        # like the unsharded optimizer's even on a rank that owns nothing: ask a probe instance, built
+        # on a one-element tensor like the parameters (options such as fused=True check the device).
+        first = params[0]["params"] if isinstance(params[0], dict) else params
+        while not isinstance(first, torch.Tensor):  # a list of tensors, or of (name, tensor) pairs
+            first = list(first)[-1 if isinstance(first, tuple) else 0]
+        probe = torch.zeros(1, dtype=first.dtype, device=first.device, requires_grad=True)
+        defaults = dict(optimizer_cls([probe], **kwargs).defaults)
+        super().__init__(params, defaults)  # calls self.add_param_group once per group
+
+    @property
+    def local_optimizer(self):
+        """The optimizer_cls instance over this rank's parameters (None if it owns none yet)."""
+        return self._local
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)  # validates and fills the defaults
+        group = self.param_groups[-1]
+        params = group["params"]
+        owners, self._load = self._C.owner_by_size([p.numel() * p.element_size() for p in params], self._load)
+        self._params += params
+        self._owners += owners
+        mine = [p for p, owner in zip(params, owners) if owner == self._rank]
+        if not mine:
+            self._local_group.append(None)
+            return
+        local = {key: value for key, value in group.items() if key not in ("params", "param_names")}
+        local["params"] = mine
+        if "param_names" in group:  # named parameters: keep the names of the owned ones
+            local["param_names"] = [n for n, owner in zip(group["param_names"], owners) if owner == self._rank]
+        if self._local is None:
+            self._local = self._optimizer_cls([local], **self._kwargs)
+        else:
+            self._local.add_param_group(local)
+        self._local_group.append(len(self._local.param_groups) - 1)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._local is not None:
+            # Hyperparameters changed on self.param_groups (a scheduler, a user) reach the update.
+            for group, index in zip(self.param_groups, self._local_group):
+                if index is not None:
+                    local = self._local.param_groups[index]
+                    local.update({k: v for k, v in group.items() if k not in ("params", "param_names")})
+            self._local.step()
+        # Every broadcast is queued before any wait, so NCCL runs them back to back.
+        works = [
+            dist.broadcast(p.detach(), group=self._group, group_src=owner, async_op=True)
+            for p, owner in zip(self._params, self._owners)
+        ]
+        for work in works:
+            work.wait()
+        return loss
