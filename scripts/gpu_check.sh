@@ -3,8 +3,14 @@
 # included), then a short end-to-end benchmark; everything lands in OUT as one tarball (the device
 # tool returns at most 8 files) plus summary.txt. Stages are separate so a time limit loses little.
 #
-#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table warmup baselines graph
-#                                            flash-e2e profile memory lab attention (default: build tests bench)
+#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table e2e-compare warmup baselines
+#                                            graph flash-e2e profile memory lab attention (default: build tests bench)
+#
+# e2e-compare: the full e2e table (5 sizes × context 128-1024 × fp32/bf16 × 3 modes) with PyTorch eager
+# and torch.compile in the same run (one Python process per baseline), stopped cleanly after
+# E2E_TIMEOUT seconds (default 540, under a 600 s command limit) with what it measured kept; running
+# the stage again continues where it stopped (--resume), so two calls always finish it.
+# E2E_WARMUP / E2E_STEPS (default 2 / 5) change the steps.
 # Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
 # commit in every record (the GPU machine gets no .git).
 set -uo pipefail
@@ -39,6 +45,10 @@ for s in "${STAGES[@]}"; do
     bench) stage bench "$BIN" bench --out . ;;
     e2e-table) stage e2e-table "$BIN" bench --all-sizes --context 128,256,512,1024 --precision fp32,bf16 \
                  --mode forward,forward-backward,train-step --warmup 2 --steps 5 --out . ;;
+    e2e-compare) stage e2e-compare timeout -k 10 "${E2E_TIMEOUT:-540}" "$BIN" bench --all-sizes \
+                   --context 128,256,512,1024 --precision fp32,bf16 --mode forward,forward-backward,train-step \
+                   --warmup "${E2E_WARMUP:-2}" --steps "${E2E_STEPS:-5}" --compare torch-eager,torch-compile \
+                   --resume --out e2e_compare ;;
     warmup) stage warmup "$BIN" bench --size small --context 512 --precision bf16 --warmup-study --out . ;;
     baselines) stage baselines "$BIN" bench --size small,medium --context 512 --precision bf16 \
                  --compare torch-eager,torch-compile --out baselines ;;

@@ -109,6 +109,7 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
                    {"steps", c.steps},
                    {"cuda_graph", c.cuda_graph},
                    {"status", r.status}});
+  if (r.extra.is_object()) base.update(r.extra);
   std::vector<Json> out;
   auto add = [&](const std::string& metric, double value, const std::string& unit, const Summary* s = nullptr) {
     Json j = base;
@@ -130,6 +131,7 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
   add("tokens_per_s", r.tokens_per_s, "tokens/s");
   if (r.mfu > 0) add("mfu", r.mfu, "fraction");
   if (c.setup.device.is_cuda()) add("peak_memory_bytes", static_cast<double>(r.peak_bytes), "bytes");
+  if (r.extra.is_object() && r.extra.contains("compile_s")) add("compile_s", r.extra["compile_s"].get<double>(), "s");
   Json steps = base;
   steps.update(Json{{"metric", "all_step_ms"}, {"value", r.step_ms}, {"unit", "ms"}});
   out.push_back(steps);

@@ -28,6 +28,7 @@ struct E2EResult {
   double tokens_per_s = 0, mfu = 0;             // mfu 0 when the GPU's peak is unknown (or CPU)
   int64_t peak_bytes = 0;                       // high-water mark of allocated bytes during the run
   int64_t params = 0;
+  Json extra;  // impl-specific fields copied into every record (baselines: compile_s, compile scope, ...)
 };
 
 // Runs one config. Only out-of-memory errors are caught (and reported as status "oom"); bad
@@ -36,7 +37,8 @@ struct E2EResult {
 E2EResult run_e2e(const E2EConfig& config);
 
 // One record per metric (forward_ms, backward_ms, optimizer_ms, step_ms, tokens_per_s, mfu,
-// peak_memory_bytes) with the config fields; an OOM config yields one record with metric "status".
+// peak_memory_bytes, compile_s when result.extra has it) with the config fields and result.extra;
+// an OOM config yields one record with metric "status".
 std::vector<Json> e2e_records(const E2EConfig& config, const E2EResult& result, const std::string& impl);
 
 }  // namespace lmscale

@@ -15,8 +15,8 @@ struct BenchArgs {
   std::vector<int64_t> contexts;
   int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000, model_context = 0, batch = 4;
   int warmup = 5, steps = 10;
-  std::string device = "auto", out = "results";
-  bool cuda_graph = false, warmup_study = false, all_sizes = false;
+  std::string device = "auto", out = "results", compile_scope = "blocks";
+  bool cuda_graph = false, warmup_study = false, all_sizes = false, resume = false;
 };
 
 lmscale::ModelConfig custom_or_named(const std::string& size, const BenchArgs& a) {
@@ -63,6 +63,10 @@ void run(BenchArgs a) {
   for (const auto& b : s.baselines)
     TORCH_CHECK(b == "torch-eager" || b == "torch-compile", "--compare '", b,
                 "' is not a baseline: use torch-eager and/or torch-compile");
+  TORCH_CHECK(a.compile_scope == "blocks" || a.compile_scope == "model", "--compile-scope '", a.compile_scope,
+              "' is not a scope: use blocks (each block + head/loss) or model (one graph)");
+  s.compile_scope = a.compile_scope;
+  s.resume = a.resume;
   s.model_context = a.model_context;
   s.base.setup.batch = a.batch;
   s.base.setup.device = device;
@@ -118,7 +122,11 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
   app.add_flag("--warmup-study", a->warmup_study, "run the first config with 0, 1, 2, 5 warm-up steps");
   app.add_option("--compare", a->compare, "PyTorch baselines in the same run: torch-eager, torch-compile")
       ->delimiter(',');
+  app.add_option("--compile-scope", a->compile_scope,
+                 "torch-compile baseline: blocks (each block + head/loss, default) or model (one graph)");
   app.add_option("--out", a->out, "results folder (default results/)");
+  app.add_flag("--resume", a->resume,
+               "keep results already in <out>/e2e.jsonl for the same configs; measure only the rest");
   app.callback([a, &app] {
     if (!app.get_subcommands().empty()) return;  // a nested benchmark ran instead
     run(*a);
