@@ -13,11 +13,11 @@ namespace lmscale::kernels {
                            cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
-// The kernels put batch*heads on grid.y, whose limit is 65535.
-inline void check_grid_y(int batch_heads, const char* kernel) {
-  if (batch_heads > 65535)
-    throw std::runtime_error(std::string(kernel) + ": batch*heads = " + std::to_string(batch_heads) +
-                             " exceeds the grid's y limit 65535; split the batch");
+// The kernels put sequence tiles on grid.y, whose limit is 65535 (batch*heads go on x, limit 2^31 - 1).
+inline void check_grid_y(int seq_blocks, const char* kernel) {
+  if (seq_blocks > 65535)
+    throw std::runtime_error(std::string(kernel) + ": the sequence needs " + std::to_string(seq_blocks) +
+                             " tiles, over the grid's y limit 65535; split the sequence");
 }
 }  // namespace lmscale::kernels
 

@@ -4,6 +4,7 @@
 // flash_bwd_launch.cuh.
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/flash_common.cuh"
 #include "kernels/flash_params.h"
@@ -16,8 +17,8 @@ namespace lmscale::kernels::flash {
 // main kernel only ever adds into it).
 template <typename T, int D>
 __global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
-  const int row = blockIdx.x * blockDim.x + threadIdx.x;
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int row = blockIdx.y * blockDim.x + threadIdx.x;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;  // Note [grid order], flash_fwd_kernel.cuh
   if (row >= p.seqlen_q) return;
   const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + row * p.o_row_stride;
   const T* dout = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
@@ -42,34 +43,34 @@ __global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
 
 // ----------------------------------------------------------------------------- main kernel
 
-// Note [bwd in transposed form]. Each warp owns 16 keys and computes S^T = K_w Q_i^T directly (keys on
-// the MMA's M side), so P^T and dS^T land in registers already shaped as A operands of dV += P^T dO
+// Note [bwd in transposed form]. Each warp owns kKT x 16 keys and computes S^T = K_w Q_i^T directly (keys
+// on the MMA's M side), so P^T and dS^T land in registers already shaped as A operands of dV += P^T dO
 // and dK += dS^T Q. dQ needs a sum over all the block's keys, i.e. across warps: dS^T goes through
-// shared memory once per query tile and the warps then split dQ_i = dS K over (query 16-row tile,
-// head-dim n8 tiles), adding into the fp32 accumulator with atomics (other key blocks add too).
-template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
+// shared memory once per query tile and the warps then split dQ_i = dS K over (16-query tile, n8
+// tiles of the head dim), adding into the fp32 accumulator with atomics (other key blocks add too).
+// kKT = 2 makes every Q / dO fragment read from shared memory feed twice the MMAs (docs/flash_notes.md,
+// v3); the tile choices per head dim live in flash_tiles.h.
+template <typename T, int D, int kBlockM, int kKT, int kWarps, bool IsCausal>
 __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParams p) {
-  static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys");
-  static_assert(D % 16 == 0 && kBlockM % 16 == 0, "MMA k-chunks are 16 wide");
-  static_assert(kWarps % (kBlockM / 16) == 0, "dQ split: whole warps per 16-query tile");
+  constexpr int kWarpKeys = 16 * kKT;
+  constexpr int kBlockN = kWarpKeys * kWarps;
   constexpr int kThreads = kWarps * 32;
   constexpr int kLd = D + 8;
-  constexpr int kLdS = kBlockM + 8;  // dS^T rows, padded like the others (flash_tiles.h)
+  constexpr int kLdS = kBlockM + 8;
   using E = Elem<T>;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kBlockN * kLd;
-  T* sQ = sV + kBlockN * kLd;          // [2][kBlockM][kLd], double-buffered over query tiles
-  T* sdO = sQ + 2 * kBlockM * kLd;     // [2][kBlockM][kLd]
-  // [2][kBlockN][kLdS]: dS^T, double-buffered so that writing step i+1's dS^T needs no barrier after
-  // step i's dQ product (see the loop's last comment).
+  T* sQ = sV + kBlockN * kLd;
+  T* sdO = sQ + 2 * kBlockM * kLd;
   T* sdS = sdO + 2 * kBlockM * kLd;
-  float* sL = reinterpret_cast<float*>(sdS + 2 * kBlockN * kLdS);  // [2][kBlockM]
-  float* sDsum = sL + 2 * kBlockM;                               // [2][kBlockM]
+  float* sL = reinterpret_cast<float*>(sdS + 2 * kBlockN * kLdS);
+  float* sDsum = sL + 2 * kBlockM;
 
-  const int n_block = blockIdx.x;  // causal: small n has the most query tiles and goes first
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  // Note [grid order] (flash_fwd_kernel.cuh): small n has the most causal query tiles and starts first.
+  const int n_block = blockIdx.y;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * kBlockN;
 
@@ -81,7 +82,6 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
   const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
   float* gdQacc = p.dq_accum + static_cast<int64_t>(bh) * p.seqlen_q * D;
 
-  // Causal: queries below n0 see none of these keys, so start at the query tile holding row n0.
   const int m_first = IsCausal ? n0 / kBlockM : 0;
   const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
 
@@ -97,25 +97,32 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
   if (m_first < m_tiles) load_query_tile(m_first, 0);
   cp_async_commit();
 
-  float acc_dk[D / 8][4], acc_dv[D / 8][4];
+  float acc_dk[kKT][D / 8][4], acc_dv[kKT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
+  for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[kt][i][e] = acc_dv[kt][i][e] = 0.f;
 
-  const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
-  const int key_a = n0 + warp * 16 + lane / 4;  // this thread's keys: key_a and key_a + 8
-  // dQ split (Note [bwd in transposed form]): warp -> 16-query tile dq_m, n8 tiles dq_n0 + i*kNStride.
+  constexpr float kLog2e = static_cast<float>(M_LOG2E);
+  const float scale_log2 = p.scale * kLog2e;
+  const int warp_key0 = warp * kWarpKeys;         // first key row of this warp within the block
+  const int key_a = n0 + warp_key0 + lane / 4;    // this thread's keys: key_a + kt*16 + {0, 8}
   constexpr int kMTiles = kBlockM / 16;
-  constexpr int kNStride = kWarps / kMTiles;
-  constexpr int kDqTiles = (D / 8 + kNStride - 1) / kNStride;
-  const int dq_m = warp % kMTiles, dq_n0 = warp / kMTiles;
+  constexpr int kNStride = kWarps / kMTiles;      // warps per 16-query dQ tile
+  constexpr int kDqTiles = (D / 8) / kNStride;    // adjacent n8 tiles per warp (pairs load with one x4)
+  static_assert(kWarps % kMTiles == 0 && (D / 8) % kNStride == 0,
+                "dQ tiles must split evenly over warps: pick bwd tiles for this head dim in flash_tiles.h");
+  const int dq_m = warp % kMTiles, dq_nbase = (warp / kMTiles) * kDqTiles;
 
-  for (int mt_i = m_first; mt_i < m_tiles; ++mt_i) {
-    const int buf = (mt_i - m_first) & 1;
+  // One query tile; `buf` (which half of the double buffers) is a compile-time constant, so every
+  // shared-memory address below is a register plus an immediate (the loop runs two steps per trip).
+  auto step = [&](const int mt_i, auto buf_c) {
+    constexpr int buf = decltype(buf_c)::value;
     const int m0 = mt_i * kBlockM;
     if (mt_i + 1 < m_tiles) {
-      load_query_tile(mt_i + 1, buf ^ 1);  // buf^1 was released by the barrier ending the last step
+      load_query_tile(mt_i + 1, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -128,67 +135,96 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
     const float* dsum_s = sDsum + buf * kBlockM;
     T* ds_s = sdS + buf * kBlockN * kLdS;
 
-    // S^T = K_w Q^T and dP^T = V_w dO^T, both (16 keys x kBlockM queries).
-    float s[kBlockM / 8][4], dp[kBlockM / 8][4];
+    // S^T = K_w Q^T and dP^T = V_w dO^T, (kWarpKeys x kBlockM) per warp.
+    float s[kKT][kBlockM / 8][4], dp[kKT][kBlockM / 8][4];
 #pragma unroll
-    for (int i = 0; i < kBlockM / 8; ++i)
+    for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+      for (int i = 0; i < kBlockM / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[kt][i][e] = dp[kt][i][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, a_frag(sK, kLd, warp * 16, kk * 16, lane));
-      ldmatrix_x4(va, a_frag(sV, kLd, warp * 16, kk * 16, lane));
+      uint32_t ka[kKT][4], va[kKT][4];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        ldmatrix_x4(ka[kt], a_frag(sK, kLd, warp_key0 + kt * 16, kk * 16, lane));
+        ldmatrix_x4(va[kt], a_frag(sV, kLd, warp_key0 + kt * 16, kk * 16, lane));
+      }
 #pragma unroll
       for (int mm = 0; mm < kBlockM / 16; ++mm) {
         uint32_t bq[4], bdo[4];
         ldmatrix_x4(bq, b_frag_pair(q_s, kLd, mm * 16, kk * 16, lane));
         ldmatrix_x4(bdo, b_frag_pair(do_s, kLd, mm * 16, kk * 16, lane));
-        E::mma(s[2 * mm], ka, bq[0], bq[1]);
-        E::mma(s[2 * mm + 1], ka, bq[2], bq[3]);
-        E::mma(dp[2 * mm], va, bdo[0], bdo[1]);
-        E::mma(dp[2 * mm + 1], va, bdo[2], bdo[3]);
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt) {
+          E::mma(s[kt][2 * mm], ka[kt], bq[0], bq[1]);
+          E::mma(s[kt][2 * mm + 1], ka[kt], bq[2], bq[3]);
+          E::mma(dp[kt][2 * mm], va[kt], bdo[0], bdo[1]);
+          E::mma(dp[kt][2 * mm + 1], va[kt], bdo[2], bdo[3]);
+        }
       }
     }
 
-    // P^T = exp(S^T*scale - L) (0 where masked), then dS^T = P^T ⊙ (dP^T - D).
+    // P^T = exp(S^T*scale - L) and dS^T = P^T ⊙ (dP^T - D). Two copies of the loop: only tiles on the
+    // causal diagonal or a sequence tail pay for the mask (if-converted, it cost ~190 instructions per
+    // thread on every tile in v2).
+    auto softmax_grad = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
+#pragma unroll
+      for (int mt = 0; mt < kBlockM / 8; ++mt) {
+        const int q_local = mt * 8 + (lane % 4) * 2;
+        const float2 lv = *reinterpret_cast<const float2*>(l_s + q_local);
+        const float2 dv = *reinterpret_cast<const float2*>(dsum_s + q_local);
+        const float l0 = lv.x * kLog2e, l1 = lv.y * kLog2e;  // L in the exp2 domain
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float pv = exp2f(fmaf(s[kt][mt][e], scale_log2, -(e % 2 ? l1 : l0)));
+            if constexpr (kMasked) {
+              const int key = key_a + kt * 16 + (e / 2) * 8;
+              const int q = m0 + q_local + (e % 2);
+              if (q >= p.seqlen_q || key >= p.seqlen_k || (IsCausal && q < key)) pv = 0.f;
+            }
+            s[kt][mt][e] = pv;
+            dp[kt][mt][e] = pv * (dp[kt][mt][e] - (e % 2 ? dv.y : dv.x));
+          }
+      }
+    };
     const bool need_mask =
         (m0 + kBlockM > p.seqlen_q) || (n0 + kBlockN > p.seqlen_k) || (IsCausal && m0 < n0 + kBlockN - 1);
-#pragma unroll
-    for (int mt = 0; mt < kBlockM / 8; ++mt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int q_local = mt * 8 + (lane % 4) * 2 + (e % 2);
-        const int key = key_a + (e / 2) * 8;
-        const int q = m0 + q_local;
-        float pv = exp2f(fmaf(s[mt][e], scale_log2, -l_s[q_local] * static_cast<float>(M_LOG2E)));
-        if (need_mask && (q >= p.seqlen_q || key >= p.seqlen_k || (IsCausal && q < key))) pv = 0.f;
-        s[mt][e] = pv;
-        dp[mt][e] = pv * (dp[mt][e] - dsum_s[q_local]);
-      }
-    }
+    if (need_mask)
+      softmax_grad(std::true_type{});
+    else
+      softmax_grad(std::false_type{});
 
-    // dV += P^T dO and dK += dS^T Q (A operands straight from the accumulators, Note [mma fragments]).
+    // dV += P^T dO and dK += dS^T Q; dS^T also goes to shared memory for dQ.
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      uint32_t pa[4], dsa[4];
-      c_pair_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
-      c_pair_to_a<T>(dsa, dp[2 * kk], dp[2 * kk + 1]);
-      // dS^T to shared memory for the dQ product (rows: this warp's keys, cols: queries).
-      T* ds_row = ds_s + (warp * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
-      *reinterpret_cast<uint32_t*>(ds_row) = dsa[0];
-      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS) = dsa[1];
-      *reinterpret_cast<uint32_t*>(ds_row + 8) = dsa[2];
-      *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS + 8) = dsa[3];
+      uint32_t pa[kKT][4], dsa[kKT][4];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        c_pair_to_a<T>(pa[kt], s[kt][2 * kk], s[kt][2 * kk + 1]);
+        c_pair_to_a<T>(dsa[kt], dp[kt][2 * kk], dp[kt][2 * kk + 1]);
+        T* ds_row = ds_s + (warp_key0 + kt * 16 + lane / 4) * kLdS + kk * 16 + (lane % 4) * 2;
+        *reinterpret_cast<uint32_t*>(ds_row) = dsa[kt][0];
+        *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS) = dsa[kt][1];
+        *reinterpret_cast<uint32_t*>(ds_row + 8) = dsa[kt][2];
+        *reinterpret_cast<uint32_t*>(ds_row + 8 * kLdS + 8) = dsa[kt][3];
+      }
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t bdo[4], bq[4];
         ldmatrix_x4_trans(bdo, bt_frag_pair(do_s, kLd, kk * 16, dd * 16, lane));
         ldmatrix_x4_trans(bq, bt_frag_pair(q_s, kLd, kk * 16, dd * 16, lane));
-        E::mma(acc_dv[2 * dd], pa, bdo[0], bdo[1]);
-        E::mma(acc_dv[2 * dd + 1], pa, bdo[2], bdo[3]);
-        E::mma(acc_dk[2 * dd], dsa, bq[0], bq[1]);
-        E::mma(acc_dk[2 * dd + 1], dsa, bq[2], bq[3]);
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt) {
+          E::mma(acc_dv[kt][2 * dd], pa[kt], bdo[0], bdo[1]);
+          E::mma(acc_dv[kt][2 * dd + 1], pa[kt], bdo[2], bdo[3]);
+          E::mma(acc_dk[kt][2 * dd], dsa[kt], bq[0], bq[1]);
+          E::mma(acc_dk[kt][2 * dd + 1], dsa[kt], bq[2], bq[3]);
+        }
       }
     }
     __syncthreads();  // dS^T complete
@@ -202,19 +238,22 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
       uint32_t dsa[4];
       ldmatrix_x4_trans(dsa, at_frag(ds_s, kLdS, kk * 16, dq_m * 16, lane));
 #pragma unroll
-      for (int i = 0; i < kDqTiles; ++i) {
-        const int nt = dq_n0 + i * kNStride;
-        if (nt < D / 8) {
-          uint32_t bk[2];
-          ldmatrix_x2_trans(bk, sK + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kLd + nt * 8);
-          E::mma(acc_dq[i], dsa, bk[0], bk[1]);
-        }
+      for (int i = 0; i + 1 < kDqTiles; i += 2) {
+        uint32_t bk[4];
+        ldmatrix_x4_trans(bk, bt_frag_pair(sK, kLd, kk * 16, (dq_nbase + i) * 8, lane));
+        E::mma(acc_dq[i], dsa, bk[0], bk[1]);
+        E::mma(acc_dq[i + 1], dsa, bk[2], bk[3]);
+      }
+      if constexpr (kDqTiles % 2 == 1) {
+        uint32_t bk[2];
+        ldmatrix_x2_trans(bk, sK + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kLd +
+                                  (dq_nbase + kDqTiles - 1) * 8);
+        E::mma(acc_dq[kDqTiles - 1], dsa, bk[0], bk[1]);
       }
     }
 #pragma unroll
     for (int i = 0; i < kDqTiles; ++i) {
-      const int nt = dq_n0 + i * kNStride;
-      if (nt >= D / 8) continue;
+      const int nt = dq_nbase + i;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int q = m0 + dq_m * 16 + lane / 4 + r * 8;
@@ -229,27 +268,29 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
         }
       }
     }
-    // No barrier here: step i+1 prefetches into the Q/dO buffer that every warp stopped reading before
-    // step i's "dS^T complete" barrier, and writes the other dS^T buffer; step i+2 reuses this one only
-    // after step i+1's first barrier, which every warp reaches after finishing this dQ product.
+  };
+  for (int mt_i = m_first; mt_i < m_tiles; mt_i += 2) {
+    step(mt_i, std::integral_constant<int, 0>{});
+    if (mt_i + 1 < m_tiles) step(mt_i + 1, std::integral_constant<int, 1>{});
   }
 
-  // Epilogue: dK carries the softmax scale (dK = dS^T Q * scale); keys past Nk are dropped.
   T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + h * p.dk_head_stride;
   T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + h * p.dv_head_stride;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key_a + r * 8;
-    if (key >= p.seqlen_k) continue;
-    T* dk_row = gdK + key * p.dk_row_stride + (lane % 4) * 2;
-    T* dv_row = gdV + key * p.dv_row_stride + (lane % 4) * 2;
+  for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) =
-          E::pack(acc_dk[dt][2 * r] * p.scale, acc_dk[dt][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = E::pack(acc_dv[dt][2 * r], acc_dv[dt][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int key = key_a + kt * 16 + r * 8;
+      if (key >= p.seqlen_k) continue;
+      T* dk_row = gdK + key * p.dk_row_stride + (lane % 4) * 2;
+      T* dv_row = gdV + key * p.dv_row_stride + (lane % 4) * 2;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<uint32_t*>(dk_row + dt * 8) =
+            E::pack(acc_dk[kt][dt][2 * r] * p.scale, acc_dk[kt][dt][2 * r + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = E::pack(acc_dv[kt][dt][2 * r], acc_dv[kt][dt][2 * r + 1]);
+      }
     }
-  }
 }
 
 // ----------------------------------------------------------------------------- dQ convert

@@ -18,25 +18,24 @@ void run_flash_bwd_(const FlashParams& p, cudaStream_t stream);
 
 namespace flash {
 
-template <typename T, int D, bool IsCausal>
-void launch_flash_bwd(const FlashParams& p, cudaStream_t stream) {
-  constexpr int kWarps = flash_tiles::bwd_warps(D);
-  constexpr int kBlockM = flash_tiles::bwd_block_m(D);
-  constexpr int kBlockN = flash_tiles::bwd_block_n(D);
-  constexpr int kSmem = flash_tiles::bwd_smem_bytes(D);
+// One tile configuration (flash_tiles.h picks the shipped one; tools/flash_probe.cu times others).
+template <typename T, int D, int kBlockM, int kKT, int kWarps, bool IsCausal>
+void launch_flash_bwd_tiles(const FlashParams& p, cudaStream_t stream) {
+  constexpr int kBlockN = flash_tiles::kRowsPerWarp * kKT * kWarps;
+  constexpr int kSmem = flash_tiles::bwd_smem_bytes(D, kBlockM, kBlockN);
   const int batch_heads = p.batch * p.heads;
-  check_grid_y(batch_heads, "flash_bwd");
-
+  const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   constexpr int kPreThreads = 128;
-  dim3 pre_grid((p.seqlen_q + kPreThreads - 1) / kPreThreads, batch_heads);
-  flash_bwd_preprocess_kernel<T, D><<<pre_grid, kPreThreads, 0, stream>>>(p);
+  const int pre_blocks = (p.seqlen_q + kPreThreads - 1) / kPreThreads;
+  check_grid_y(n_blocks > pre_blocks ? n_blocks : pre_blocks, "flash_bwd");
+
+  flash_bwd_preprocess_kernel<T, D><<<dim3(batch_heads, pre_blocks), kPreThreads, 0, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
 
-  auto kernel = flash_bwd_kernel<T, D, kBlockM, kBlockN, kWarps, IsCausal>;
+  auto kernel = flash_bwd_kernel<T, D, kBlockM, kKT, kWarps, IsCausal>;
   if (kSmem > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  dim3 grid((p.seqlen_k + kBlockN - 1) / kBlockN, batch_heads);
-  kernel<<<grid, kWarps * 32, kSmem, stream>>>(p);
+  kernel<<<dim3(batch_heads, n_blocks), kWarps * 32, kSmem, stream>>>(p);  // Note [grid order]
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_kernel");
 
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
@@ -44,6 +43,12 @@ void launch_flash_bwd(const FlashParams& p, cudaStream_t stream) {
   flash_bwd_convert_dq_kernel<T, D>
       <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
+}
+
+template <typename T, int D, bool IsCausal>
+void launch_flash_bwd(const FlashParams& p, cudaStream_t stream) {
+  launch_flash_bwd_tiles<T, D, flash_tiles::bwd_block_m(D), flash_tiles::bwd_key_tiles(D), flash_tiles::bwd_warps(D),
+                         IsCausal>(p, stream);
 }
 
 template <typename T, int D>

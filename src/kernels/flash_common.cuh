@@ -137,25 +137,36 @@ __device__ __forceinline__ void cp_async_wait() {
 // Copies rows [row0, row0 + kRows) of a (n_rows, D) matrix with `stride` elements per row into a
 // shared tile with kLd elements per row; rows past n_rows become zeros (sequence tails), so padded
 // keys contribute exp(-inf)*0 and padded values never inject garbage (NaN) into P V.
+// The trip count is a compile-time constant (thread tid copies chunks tid, tid + kThreads, ...), so the
+// loop unrolls into straight-line code: as a runtime loop it cost ~150 instructions per thread per tile
+// in the backward (SASS of v2, docs/flash_notes.md v3).
 template <int kRows, int D, int kLd, int kThreads, typename T>
 __device__ __forceinline__ void load_rows(T* s, const T* g, int64_t stride, int row0, int n_rows, int tid) {
   constexpr int kChunksPerRow = D / 8;  // 16-byte chunks of 8 elements
   constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
 #pragma unroll
-  for (int c = tid; c < kChunks; c += kThreads) {
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool valid = row0 + r < n_rows;
-    const T* src = valid ? g + (row0 + r) * stride + col : g;
-    cp_async16(s + r * kLd + col, src, valid);
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads;
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const bool valid = row0 + r < n_rows;
+      const T* src = valid ? g + (row0 + r) * stride + col : g;
+      cp_async16(s + r * kLd + col, src, valid);
+    }
   }
 }
 
 // Copies kRows floats starting at row0 (zeros past n_rows).
 template <int kRows, int kThreads>
 __device__ __forceinline__ void load_floats(float* s, const float* g, int row0, int n_rows, int tid) {
-  for (int r = tid; r < kRows; r += kThreads) {
-    const bool valid = row0 + r < n_rows;
-    cp_async4(s + r, valid ? g + row0 + r : g, valid);
+#pragma unroll
+  for (int i = 0; i < (kRows + kThreads - 1) / kThreads; ++i) {
+    const int r = tid + i * kThreads;
+    if (kRows % kThreads == 0 || r < kRows) {
+      const bool valid = row0 + r < n_rows;
+      cp_async4(s + r, valid ? g + row0 + r : g, valid);
+    }
   }
 }
 

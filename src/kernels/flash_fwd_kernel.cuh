@@ -31,9 +31,12 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   T* sK = sQ + kBlockM * kLd;
   T* sV = sK + kBlockN * kLd;
 
-  // Heaviest causal tiles (largest m) are scheduled first so the tail of the grid is short ones.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  // Note [grid order]. Blocks start in linear order, x fastest. With (batch*head) on x and the query
+  // tile on y counted down, every head's heaviest causal tiles (largest m) start before any lighter
+  // tile, so the grid ends on short blocks; with the tile on x, the last head's heavy tiles started near
+  // the end and ran alone (measured: docs/flash_notes.md, v3).
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * kBlockM;
 

@@ -30,8 +30,9 @@ void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
   if (kSmem > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int batch_heads = p.batch * p.heads;
-  check_grid_y(batch_heads, "flash_fwd");
-  dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, batch_heads);
+  const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  check_grid_y(m_blocks, "flash_fwd");
+  dim3 grid(batch_heads, m_blocks);  // Note [grid order] in flash_fwd_kernel.cuh
   kernel<<<grid, kWarps * 32, kSmem, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
 }

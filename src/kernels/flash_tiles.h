@@ -4,7 +4,7 @@
 
 namespace lmscale::kernels::flash_tiles {
 
-// Every warp owns 16 rows (one m16 MMA tile); a block of kWarps warps owns 16*kWarps rows.
+// One m16 MMA tile: the unit of rows a warp owns.
 constexpr int kRowsPerWarp = 16;
 
 // Forward: 128 query rows per block, 64 keys per step. For D <= 64, 4 warps own 32 rows each, so
@@ -15,18 +15,18 @@ constexpr int fwd_warps(int head_dim) { return head_dim <= 64 ? 4 : 8; }
 constexpr int fwd_block_m(int head_dim) { return 128; }
 constexpr int fwd_block_n(int head_dim) { return 64; }
 
-// Backward: a block owns 128 keys (8 warps x 16 keys; dK and dV for them live in registers, D/2
-// floats each per thread) and walks query tiles of bwd_block_m rows. Wider head dims take shorter
-// query tiles so S^T and dP^T (bwd_block_m/2 floats each per thread) still fit beside dK and dV.
-// LMSCALE_FA_BWD_WARPS (compile-time, e.g. -DCMAKE_CUDA_FLAGS=-DLMSCALE_FA_BWD_WARPS=4) overrides the
-// warp count for tuning runs: 4 warps = 64 keys per block, two blocks per SM, twice the dQ atomics.
-// Measured on H100, leaderboard config: bwd 7.67 ms with 4 warps vs 7.33 ms with 8 (docs/flash_notes.md).
-#ifndef LMSCALE_FA_BWD_WARPS
-#define LMSCALE_FA_BWD_WARPS 8
-#endif
-constexpr int bwd_warps(int head_dim) { return LMSCALE_FA_BWD_WARPS; }
-constexpr int bwd_block_n(int head_dim) { return kRowsPerWarp * bwd_warps(head_dim); }
-constexpr int bwd_block_m(int head_dim) { return head_dim <= 64 ? 64 : 32; }
+// Backward (Note [bwd in transposed form], flash_bwd_kernel.cuh): a block owns bwd_block_n keys,
+// kKT x 16 per warp, with dK and dV for them in registers (kKT * D/2 floats each per thread), and walks
+// query tiles of bwd_block_m rows (S^T and dP^T: kKT * bwd_block_m / 2 floats each per thread).
+// D <= 64: 4 warps x 32 keys, 32-query tiles, two blocks per SM; each Q / dO fragment feeds two MMAs.
+// Measured on H100, leaderboard config (tools/flash_probe.cu, docs/flash_notes.md v3): 4.89 ms vs
+// 5.97 ms for 8 warps x 16 keys with 64-query tiles and 7.0 ms for v2. Wider heads keep 16 keys per
+// warp (2 x 16 x D/8 accumulators would spill): 8 warps, 32-query tiles (D = 128) or 64 (D = 80, so the
+// ten n8 tiles of dQ split evenly over warps).
+constexpr int bwd_key_tiles(int head_dim) { return head_dim <= 64 ? 2 : 1; }
+constexpr int bwd_warps(int head_dim) { return head_dim <= 64 ? 4 : 8; }
+constexpr int bwd_block_n(int head_dim) { return kRowsPerWarp * bwd_key_tiles(head_dim) * bwd_warps(head_dim); }
+constexpr int bwd_block_m(int head_dim) { return head_dim <= 64 ? 32 : head_dim == 80 ? 64 : 32; }
 
 // Shared-memory rows are padded by 8 elements (16 bytes): for every supported D the 8 row addresses
 // of one ldmatrix then fall into 8 distinct 16-byte bank groups (row stride in 16-byte units is odd).
@@ -39,9 +39,8 @@ constexpr int fwd_smem_bytes(int head_dim) {
 }
 // K, V (block_n rows), Q and dO double-buffered (block_m rows), dS^T double-buffered (block_n x
 // block_m, padded), and L, D per query row, double-buffered.
-constexpr int bwd_smem_bytes(int head_dim) {
-  return 2 * (2 * bwd_block_n(head_dim) + 4 * bwd_block_m(head_dim)) * smem_row(head_dim) +
-         2 * 2 * bwd_block_n(head_dim) * (bwd_block_m(head_dim) + 8) + 4 * 4 * bwd_block_m(head_dim);
+constexpr int bwd_smem_bytes(int head_dim, int block_m, int block_n) {
+  return 2 * (2 * block_n + 4 * block_m) * smem_row(head_dim) + 2 * 2 * block_n * (block_m + 8) + 4 * 4 * block_m;
 }
 
 }  // namespace lmscale::kernels::flash_tiles

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Kernel iteration on a GPU machine without a CMake build: runs the prebuilt tools/flash_probe
+# (scripts/build_flash_probe.sh; carry build-probe) — correctness of every backward variant against an
+# fp64 CPU reference, timings on the leaderboard shape and a smaller one, and an Nsight Compute report
+# of chosen kernels. Usage: scripts/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]}
+shift
+P=build-probe/flash_probe
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/probe.txt" 2>&1
+"$P" check >>"$OUT/probe.txt" 2>&1
+for shape in "1 16 16384 64 1" "1 16 16384 64 0" "4 16 4096 64 1" "1 1 4096 64 1"; do
+  "$P" time $shape 20 >>"$OUT/probe.txt" 2>&1
+done
+i=0
+for k in "$@"; do
+  i=$((i + 1))
+  ncu --kernel-name "regex:$k" --launch-count 1 --set full --import-source no -f -o "$OUT/ncu_$i" \
+    "$P" time 1 16 16384 64 1 1 >"$OUT/ncu_$i.log" 2>&1
+  ncu -i "$OUT/ncu_$i.ncu-rep" --page details >"$OUT/ncu_$i.txt" 2>&1
+  # Per-instruction SASS with stall samples: where the warps wait.
+  ncu -i "$OUT/ncu_$i.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_${i}_sass.csv" 2>&1
+  rm -f "$OUT/ncu_$i.ncu-rep"
+done
+cat "$OUT/probe.txt"
