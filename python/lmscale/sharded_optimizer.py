@@ -51,8 +51,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._load = [0] * self._world  # bytes owned per rank, carried across add_param_group calls
         self._params = []               # every parameter, in the order given
         self._owners = []               # owner rank (in the group) of each
-        self._local = None              # optimizer_cls over this rank's parameters; made on first need
-        self._local_group = []          # per param group: index into self._local.param_groups, or None
+        # optimizer_cls over this rank's parameters, with one group per group of self.param_groups
+        # (empty where this rank owns nothing), so the two lists match index for index. Built once
+        # all initial groups are known: some optimizers (Adagrad) set up state in __init__ only.
+        self._local = None
+        self._initial_groups = []
         params = list(params)
         if not params:
             raise ValueError("lmscale.ShardedOptimizer: got an empty parameter list.")
@@ -65,10 +68,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         probe = torch.zeros(1, dtype=first.dtype, device=first.device, requires_grad=True)
         defaults = dict(optimizer_cls([probe], **kwargs).defaults)
         super().__init__(params, defaults)  # calls self.add_param_group once per group
+        self._local = optimizer_cls(self._initial_groups, **kwargs)
+        del self._initial_groups
 
     @property
     def local_optimizer(self):
-        """The optimizer_cls instance over this rank's parameters (None if it owns none yet)."""
+        """The optimizer_cls instance over this rank's parameters (its groups match param_groups)."""
         return self._local
 
     def add_param_group(self, param_group):
@@ -78,19 +83,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         owners, self._load = self._C.owner_by_size([p.numel() * p.element_size() for p in params], self._load)
         self._params += params
         self._owners += owners
-        mine = [p for p, owner in zip(params, owners) if owner == self._rank]
-        if not mine:
-            self._local_group.append(None)
-            return
         local = {key: value for key, value in group.items() if key not in ("params", "param_names")}
-        local["params"] = mine
+        local["params"] = [p for p, owner in zip(params, owners) if owner == self._rank]
         if "param_names" in group:  # named parameters: keep the names of the owned ones
             local["param_names"] = [n for n, owner in zip(group["param_names"], owners) if owner == self._rank]
         if self._local is None:
-            self._local = self._optimizer_cls([local], **self._kwargs)
+            self._initial_groups.append(local)
         else:
             self._local.add_param_group(local)
-        self._local_group.append(len(self._local.param_groups) - 1)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -98,13 +98,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._local is not None:
-            # Hyperparameters changed on self.param_groups (a scheduler, a user) reach the update.
-            for group, index in zip(self.param_groups, self._local_group):
-                if index is not None:
-                    local = self._local.param_groups[index]
-                    local.update({k: v for k, v in group.items() if k not in ("params", "param_names")})
-            self._local.step()
+        # Hyperparameters changed on self.param_groups (a scheduler, a user) reach the update.
+        for group, local in zip(self.param_groups, self._local.param_groups):
+            local.update({key: value for key, value in group.items() if key not in ("params", "param_names")})
+        self._local.step()
         # Every broadcast is queued before any wait, so NCCL runs them back to back.
         works = [
             dist.broadcast(p.detach(), group=self._group, group_src=owner, async_op=True)

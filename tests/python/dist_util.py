@@ -1,0 +1,37 @@
+"""Spawns real processes for the multi-rank tests: each rank joins a torch.distributed group over
+TCP on a free local port, runs `fn(rank, world_size, *args)`, and any rank's exception fails the
+test (torch.multiprocessing.spawn re-raises it with the rank's traceback). `fn` must be a
+module-level function of an importable module (the test files are: pytest puts their folder on
+sys.path, and spawned children inherit sys.path)."""
+import datetime
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, fn, world_size, port, backend, args):
+    torch.set_num_threads(1)  # ranks share the machine's cores
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on the GPU machines
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, world_size=2, *args, backend="gloo"):
+    mp.spawn(_entry, args=(fn, world_size, free_port(), backend, args), nprocs=world_size, join=True)
