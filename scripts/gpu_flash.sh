@@ -6,15 +6,16 @@
 #
 #   LMSCALE_COMMIT=<sha> bash scripts/gpu_flash.sh [all|test|bench] [extra `bench attention` args...]
 #
-# Environment: OUT (default /tmp/flash_out), LMSCALE_BUILD_DIR (default /tmp/b), LMSCALE_CMAKE_ARGS
-# (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" for a quick build).
+# Environment: OUT (default /tmp/flash_out), LMSCALE_BUILD_DIR (default build-gpu), LMSCALE_CMAKE_ARGS
+# (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" for a quick build). Benchmarks run inside
+# $OUT with relative --out folders, so the recorded commands name no machine's paths.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/flash_out}
 STAGE=${1:-all}
 shift || true
 mkdir -p "$OUT"
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/b}
+export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 export LMSCALE_JOBS=${LMSCALE_JOBS:-16}
 B=$LMSCALE_BUILD_DIR
 
@@ -46,10 +47,15 @@ fi
 if [[ $STAGE == all || $STAGE == bench ]]; then
   echo "== benchmark"
   # The leaderboard goes to $OUT/lb/ so the optional grid's attention.md does not overwrite its table.
-  "$B/lmscale" bench attention --leaderboard --out "$OUT/lb" >>"$OUT/bench.log" 2>&1
+  (cd "$OUT" && "$B/lmscale" bench attention --leaderboard --out lb) >>"$OUT/bench.log" 2>&1
   cat "$OUT/lb/attention.md"
+  # The leaderboard shape at head dim 128 (the issue asks for it beside d = 64).
+  (cd "$OUT" && "$B/lmscale" bench attention --seq 16384 --head-dim 128 --heads 16 --dtype bf16 --iters 20 \
+    --out lb128) >>"$OUT/bench.log" 2>&1
+  # Plain-attention sweep (REFERENCE §2): where the T x T scores run out of memory.
+  (cd "$OUT" && "$B/lmscale" bench attention --sweep --out sweep) >>"$OUT/bench.log" 2>&1
   if (($# > 0)); then
-    "$B/lmscale" bench attention "$@" --out "$OUT" >>"$OUT/bench.log" 2>&1
+    (cd "$OUT" && "$B/lmscale" bench attention "$@" --out .) >>"$OUT/bench.log" 2>&1
     cat "$OUT/attention.md"
   fi
 fi
