@@ -68,16 +68,21 @@ def test_saves_only_qkvo_and_fp32_logsumexp():
     o.sum().backward()
 
 
-def dtype_error(got, want):  # relative Frobenius error against the fp64 reference
-    return ((got.double() - want).norm() / want.norm()).item()
+def max_error(got, want):
+    return (got.double() - want).abs().max().item()
+
+
+# A quarter ulp at 1.0: the floor of the bar where plain attention happens to be exact.
+FLOOR = {torch.bfloat16: 2.0**-9, torch.float16: 2.0**-12}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
-def test_cuda_kernel_within_twice_torch_error(dtype, causal):
-    """The kernel against fp64 plain attention: O, L and dQ, dK, dV within 2x the error of plain
-    PyTorch attention run in the same dtype (FA2's bar), on lengths that are not tile multiples."""
+def test_cuda_kernel_within_3x_torch_error(dtype, causal):
+    """The kernel against fp64 plain attention: O, L and dQ, dK, dV within 3x the max error of plain
+    PyTorch attention run in the same dtype, plus a floor (the bar of tests/cpp/kernels), on a
+    length that is not a tile multiple."""
     q, k, v = inputs((2, 4, 257, 64), (2, 4, 257, 64), dtype=dtype, device="cuda")
     o, L = lmscale.flash_attention_forward(q, k, v, causal)
     assert L.dtype == torch.float32 and L.shape == q.shape[:-1]
@@ -88,11 +93,11 @@ def test_cuda_kernel_within_twice_torch_error(dtype, causal):
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
     low, _ = plain_attention(q, k, v, causal)  # PyTorch in the same dtype: the bar
     low_grads = torch.autograd.grad(low, (q, k, v), dout)
-    torch.testing.assert_close(L.double(), ref_L, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(L.double(), ref_L, rtol=1e-3, atol=1e-3)
     for name, got, base, want in zip(("O", "dQ", "dK", "dV"), (o, *grads), (low, *low_grads), (ref, *ref_grads)):
-        err, bar = dtype_error(got, want), dtype_error(base, want)
-        print(f"{dtype} causal={causal} {name}: lmscale {err:.2e}, torch {bar:.2e}")
-        assert err <= 2 * bar + 1e-4, (name, err, bar)
+        err, bar = max_error(got, want), 3 * max_error(base, want) + FLOOR[dtype]
+        print(f"{dtype} causal={causal} {name}: lmscale {err:.2e}, bar {bar:.2e}")
+        assert err <= bar, (name, err, bar)
 
 
 @pytest.mark.gpu
@@ -102,6 +107,6 @@ def test_cuda_fp32_served_by_bf16_kernel(causal):
     o = lmscale.flash_attention(q, k, v, is_causal=causal)
     assert o.dtype == torch.float32
     ref, _ = plain_attention(q.double(), k.double(), v.double(), causal)
-    assert dtype_error(o, ref) < 1e-2
+    assert max_error(o, ref) < 5e-2  # bf16 rounding of the inputs and of P
     o.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))

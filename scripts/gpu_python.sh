@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Python-binding tests on a GPU machine, in one call: every test in tests/python, the GPU ones
+# (flash attention on CUDA, causal and not; DDP and ShardedOptimizer over NCCL on 2 GPUs) made to
+# fail rather than skip when GPUs are missing (LMSCALE_REQUIRE_GPU=1, but 2-GPU tests on a 1-GPU
+# machine only skip). Writes OUT/python_gpu.log, OUT/python_gpu.xml (JUnit) and OUT/summary.txt.
+#
+#   ./lmscale build && scripts/gpu_python.sh OUT          (from the repo root; no network needed)
+#
+# Expects an existing build (LMSCALE_BUILD_DIR, default build/) with liblmscale.so and lmscale._C,
+# and the interpreter that has torch 2.11 (LMSCALE_PYTHON, default python3). pytest must be
+# importable; if it is not, a wheel in .whl/ is installed into OUT/.pytest (carry one with
+# `pip download pytest -d .whl` on a machine with network).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_python.sh OUT}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PY=${LMSCALE_PYTHON:-python3}
+export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build}
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+LOG=$OUT/python_gpu.log
+
+fail() { echo "gpu_python: $*" | tee -a "$OUT/summary.txt" >&2; exit 1; }
+
+[[ -f $LMSCALE_BUILD_DIR/liblmscale.so ]] ||
+  fail "no liblmscale.so in $LMSCALE_BUILD_DIR; run ./lmscale build first (or set LMSCALE_BUILD_DIR)."
+compgen -G "$LMSCALE_BUILD_DIR/_C.*.so" >/dev/null ||
+  fail "lmscale._C was not built in $LMSCALE_BUILD_DIR (its CMake warning names the cause, usually missing Python headers: apt-get install python3-dev), so DDP/ShardedOptimizer cannot be tested."
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+  compgen -G "$ROOT/.whl/pytest-*.whl" >/dev/null ||
+    fail "pytest is not installed for $PY and no wheel is in .whl/; carry one: pip download pytest -d .whl"
+  "$PY" -m pip install -q --no-index --find-links "$ROOT/.whl" --target "$OUT/.pytest" pytest ||
+    fail "installing pytest from .whl/ failed"
+  export PYTHONPATH="$PYTHONPATH:$OUT/.pytest"
+fi
+
+{
+  echo "# $(date -u +%FT%TZ) commit ${LMSCALE_COMMIT:-unknown}"
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv 2>&1
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+} >"$LOG" 2>&1
+
+# 2-GPU tests may only skip where fewer than 2 GPUs exist; with any GPU, none may skip.
+gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+((gpus >= 1)) && export LMSCALE_REQUIRE_GPU=1
+((gpus == 1)) && echo "note: 1 GPU, so the 2-GPU NCCL tests are deselected" | tee -a "$LOG"
+select=()
+((gpus == 1)) && select=(-k "not nccl")
+
+t0=$SECONDS
+timeout 1200 "$PY" -m pytest -v -rs -s "$ROOT/tests/python" --junitxml="$OUT/python_gpu.xml" \
+  -o junit_suite_name=lmscale-python-gpu "${select[@]}" >>"$LOG" 2>&1
+rc=$?
+echo "python-gpu rc=$rc $((SECONDS - t0))s gpus=$gpus $(tail -1 "$LOG")" | tee -a "$OUT/summary.txt"
+exit $rc
