@@ -36,7 +36,7 @@ if [[ $STAGE == all || $STAGE == test ]]; then
   for tool in memcheck racecheck; do
     for causal in "" $([[ $tool == memcheck ]] && echo --no-causal); do
       compute-sanitizer --tool $tool --error-exitcode 7 "$B/lmscale" bench attention --impl lmscale-flash \
-        --seq 193 --head-dim 64 --dtype bf16 --heads 2 --warmup 0 --iters 1 $causal --out /tmp/san \
+        --seq 193 --head-dim 64 --dtype bf16 --heads 2 --warmup 0 --iters 1 $causal --out "$OUT/san" \
         >>"$OUT/sanitizer.log" 2>&1
       echo "$tool ${causal:-causal} rc=$?"
     done
