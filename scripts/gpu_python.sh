@@ -50,7 +50,7 @@ select=()
 ((gpus == 1)) && select=(-k "not nccl")
 
 t0=$SECONDS
-timeout 1200 "$PY" -m pytest -v -rs -s "$ROOT/tests/python" --junitxml="$OUT/python_gpu.xml" \
+timeout 1200 "$PY" -m pytest -v -rs -s -p no:cacheprovider "$ROOT/tests/python" --junitxml="$OUT/python_gpu.xml" \
   -o junit_suite_name=lmscale-python-gpu "${select[@]}" >>"$LOG" 2>&1
 rc=$?
 echo "python-gpu rc=$rc $((SECONDS - t0))s gpus=$gpus $(tail -1 "$LOG")" | tee -a "$OUT/summary.txt"

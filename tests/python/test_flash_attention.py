@@ -23,7 +23,7 @@ def inputs(shape_q, shape_k, dtype=torch.float64, device="cpu"):
     return q, k, v
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(2, 3, 97, 16), (5, 33, 32)])
 def test_matches_plain_attention_with_gradients(causal, shape):
     q, k, v = inputs(shape, shape)
@@ -77,8 +77,8 @@ FLOOR = {torch.bfloat16: 2.0**-9, torch.float16: 2.0**-12}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_cuda_kernel_within_3x_torch_error(dtype, causal):
     """The kernel against fp64 plain attention: O, L and dQ, dK, dV within 3x the max error of plain
     PyTorch attention run in the same dtype, plus a floor (the bar of tests/cpp/kernels), on a
@@ -101,7 +101,7 @@ def test_cuda_kernel_within_3x_torch_error(dtype, causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_cuda_fp32_served_by_bf16_kernel(causal):
     q, k, v = inputs((1, 4, 130, 64), (1, 4, 130, 64), dtype=torch.float32, device="cuda")
     o = lmscale.flash_attention(q, k, v, is_causal=causal)
