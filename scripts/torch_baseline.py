@@ -290,8 +290,9 @@ class Runner:
             if len(m) > 3:
                 optim.append(ms(m[2], m[3]))
         step_s = statistics.fmean(total) / 1e3
-        r = {"status": "ok", "torch_attention": c["attention"], "forward_ms": summary(fwd), "backward_ms": summary(bwd), "optimizer_ms": summary(optim),
-             "step_ms": summary(total), "all_step_ms": every, "warmup_steps_run": warm,
+        r = {"status": "ok", "torch_attention": c["attention"], "forward_ms": summary(fwd),
+             "backward_ms": summary(bwd), "optimizer_ms": summary(optim), "step_ms": summary(total),
+             "all_step_ms": every, "warmup_steps_run": warm,
              "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if cuda else 0}
         if self.impl == "compile":
             r.update({"compile_s": sum(max(0.0, w - step_s) for w in compiling_walls),

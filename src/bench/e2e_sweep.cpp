@@ -422,7 +422,11 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     for (size_t k = 0; k < st.impls.size(); ++k)
       for (size_t i = 0; i < st.configs.size(); ++i) {
         const std::string key = config_key(st.configs[i], st.impls[k]);
-        if (auto it = previous.find(key); it != previous.end()) {
+        auto it = previous.find(key);
+        // Kept: OOM cells, and ok results with their step_ms record (a run killed while appending may
+        // have left less). Errors are measured again.
+        if (it != previous.end() &&
+            (it->second.status == "oom" || (it->second.status == "ok" && it->second.total.n > 0))) {
           st.results[k][i] = it->second;
           commits.insert(commit_of[key]);
           ++done;
