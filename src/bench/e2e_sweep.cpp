@@ -355,7 +355,8 @@ std::string config_key(const E2EConfig& c, const std::string& impl) {
 
 // Results already in <out>/e2e.jsonl, by record_key; the latest invocation (date) wins. Lines that
 // do not parse (a run killed mid-write) are skipped.
-std::map<std::string, E2EResult> previous_results(const std::string& path, std::map<std::string, std::string>& commit_of) {
+std::map<std::string, E2EResult> previous_results(const std::string& path,
+                                                  std::map<std::string, std::string>& commit_of) {
   std::map<std::string, E2EResult> out;
   std::map<std::string, std::string> date_of;
   std::ifstream f(path);
@@ -463,12 +464,11 @@ std::string run_e2e_sweep(const E2ESweep& s) {
         where.push_back(i);
       }
     if (todo.empty()) continue;
-    std::cerr << impl << ": one Python process for " << todo.size() << " configs"
-              << (impl == "torch-compile" ? " (compiled per " + std::string(s.compile_scope == "model" ? "model" : "block") +
-                                                ", context dynamic; compilation in warm-up)"
-                                          : "")
-              << " ...\n"
-              << std::flush;
+    std::cerr << impl << ": one Python process for " << todo.size() << " configs";
+    if (impl == "torch-compile")
+      std::cerr << " (compiled per " << (s.compile_scope == "model" ? "model" : "block")
+                << ", context dynamic; compilation in warm-up)";
+    std::cerr << " ...\n" << std::flush;
     run_torch_baselines(
         todo, impl,
         [&](size_t t, const E2EResult& r) {
@@ -476,7 +476,8 @@ std::string run_e2e_sweep(const E2ESweep& s) {
           ++done;
           std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " " << impl << " "
                     << outcome(r);
-          if (extra_number(r, "compile_s") > 0.05) std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
+          if (extra_number(r, "compile_s") > 0.05)
+            std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
           std::cerr << "\n";
           if (r.status == "error") std::cerr << "    " << r.message << "\n";
           keep(k, i, r);

@@ -1,9 +1,9 @@
-// `lmscale bench --compare` and scripts/torch_baseline.py's batch mode on a tiny CPU config: one
-// Python process per baseline for the whole sweep, one result line per config (ids, JSON checked),
-// records per config, the side-by-side table, an injected out-of-memory config that becomes a cell
-// while the batch goes on, and a missing Python that becomes error cells instead of a crash.
-// torch.compile is not run here: Inductor's CPU code generation takes minutes on the 2-core CI
-// machine (set LMSCALE_TEST_COMPILE=1 to run the compile test anyway).
+// The sweep (src/bench/e2e_sweep.cpp) on a tiny CPU config: `lmscale bench --compare` runs one
+// Python process per baseline for the whole sweep (scripts/torch_baseline.py's batch mode: one
+// result line per config, ids and JSON checked), records per config, the side-by-side table, an
+// injected out-of-memory config that becomes a cell while the batch goes on, a missing Python that
+// becomes error cells instead of a crash, and --resume. torch.compile is not run here: Inductor's
+// CPU code generation takes minutes on the 2-core CI machine (LMSCALE_TEST_COMPILE=1 runs it).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
