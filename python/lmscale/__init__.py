@@ -15,7 +15,6 @@ The library and extension are found at $LMSCALE_LIBRARY (the path of liblmscale.
 it), else in the build folders of this checkout (``$LMSCALE_BUILD_DIR``, ``build/``, ``build-gpu/``),
 as built by ``./lmscale build``. See docs/python.md.
 """
-import ctypes
 import importlib.machinery
 import importlib.util
 import os
@@ -58,40 +57,17 @@ def _load_extension(folder):
         path = folder / ("_C" + suffix)
         if path.exists():
             spec = importlib.util.spec_from_file_location(__name__ + "._C", path)
-            flags = sys.getdlopenflags()
-            sys.setdlopenflags(flags | _DEEPBIND)  # see _load_library
-            try:
-                module = importlib.util.module_from_spec(spec)
-            finally:
-                sys.setdlopenflags(flags)
+            module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
             return module
     return None
 
 
-# Note [deep binding]. liblmscale and _C are opened with RTLD_DEEPBIND: their references to the C++
-# standard library then resolve in their own dependency scope before the process's global one. On the
-# GPU machines (Ubuntu 24.04, system Python 3.12, torch 2.11 wheel) the first error message that
-# liblmscale formatted with an integer (std::ostringstream << long) crashed Python with SIGSEGV inside
-# the stream's locale facets, while the same library ran fine in the C++ CLI and tests. Loading it with
-# RTLD_DEEPBIND, or preloading libstdc++, both fixed it (2026-11-22, docs/python.md), which points at
-# standard-library symbols interposed from a library earlier in Python's global lookup scope.
-# LMSCALE_NO_DEEPBIND=1 turns this off (for diagnosis).
-_DEEPBIND = 0 if os.environ.get("LMSCALE_NO_DEEPBIND") else getattr(os, "RTLD_DEEPBIND", 0)
-
-
-def _load_library(path):
-    if _DEEPBIND:
-        ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | _DEEPBIND)
-    # A second dlopen of the same file returns the handle above; torch records the library as loaded.
-    torch.ops.load_library(str(path))
-
-
 library_path = _find_library()
 # Load order matters: the op library first (its registrations), then _C, which links against it
 # and so reuses the copy already loaded.
-_load_library(library_path)
+torch.ops.load_library(str(library_path))
 _C = _load_extension(library_path.parent)
 
 
