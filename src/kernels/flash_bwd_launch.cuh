@@ -23,6 +23,7 @@ template <typename T, int D, int kBlockM, int kKT, int kWarps, bool IsCausal>
 void launch_flash_bwd_tiles(const FlashParams& p, cudaStream_t stream) {
   constexpr int kBlockN = flash_tiles::kRowsPerWarp * kKT * kWarps;
   constexpr int kSmem = flash_tiles::bwd_smem_bytes(D, kBlockM, kBlockN);
+  static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
   const int batch_heads = p.batch * p.heads;
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   constexpr int kPreThreads = 128;

@@ -25,6 +25,7 @@ void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
   constexpr int kBlockM = flash_tiles::fwd_block_m(D);
   constexpr int kBlockN = flash_tiles::fwd_block_n(D);
   constexpr int kSmem = flash_tiles::fwd_smem_bytes(D);
+  static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
   static_assert(flash_tiles::padded_row_is_conflict_free(D), "shared rows must stay ldmatrix conflict-free");
   auto kernel = flash_fwd_kernel<T, D, kBlockM, kBlockN, kWarps, IsCausal>;
   if (kSmem > 48 * 1024)

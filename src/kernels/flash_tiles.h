@@ -39,6 +39,10 @@ constexpr int fwd_smem_bytes(int head_dim) {
 }
 // K, V (block_n rows), Q and dO double-buffered (block_m rows), dS^T double-buffered (block_n x
 // block_m, padded), and L, D per query row, double-buffered.
+// Hopper's per-block limit for dynamic shared memory (227 KB); the launchers static_assert against it
+// so a tile change that cannot launch fails to compile instead of failing at run time.
+constexpr int kMaxSmemBytes = 227 * 1024;
+
 constexpr int bwd_smem_bytes(int head_dim, int block_m, int block_n) {
   return 2 * (2 * block_n + 4 * block_m) * smem_row(head_dim) + 2 * 2 * block_n * (block_m + 8) + 4 * 4 * block_m;
 }
