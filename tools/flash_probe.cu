@@ -7,7 +7,7 @@
 //
 // It is a development tool, not the product's test: tests/cpp/kernels/flash_kernel_test.cpp checks the
 // kernels through the ops against the ATen reference in fp64, and `lmscale bench attention` is the
-// benchmark users run. Head dim 64, bf16 only (the leaderboard shape).
+// benchmark users run. bf16 only; one head dim per binary (default 64, the leaderboard's).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +25,11 @@
 
 namespace lk = lmscale::kernels;
 using bf16 = __nv_bfloat16;
-constexpr int kD = 64;
+// One head dim per binary (scripts/build_flash_probe.sh [head_dim]); 64 is the leaderboard's.
+#ifndef LMSCALE_PROBE_HEAD_DIM
+#define LMSCALE_PROBE_HEAD_DIM 64
+#endif
+constexpr int kD = LMSCALE_PROBE_HEAD_DIM;
 
 namespace {
 
@@ -67,18 +71,27 @@ template <int M, int N, int W>
 Variant fwd(const char* name) {
   return {name, fwd_cfg<M, N, W, true>, fwd_cfg<M, N, W, false>};
 }
+// Alternatives to the shipped tiles (flash_tiles.h), per head dim; the first row is what ships.
 std::vector<Variant> fwd_variants() {
-  return {fwd<128, 64, 4>("fwd-m128n64w4"), fwd<128, 128, 8>("fwd-m128n128w8"), fwd<128, 64, 8>("fwd-m128n64w8"),
-          fwd<64, 64, 4>("fwd-m64n64w4"), fwd<64, 128, 4>("fwd-m64n128w4")};
+  if constexpr (kD <= 64)
+    return {fwd<128, 64, 4>("fwd-m128n64w4"), fwd<128, 128, 8>("fwd-m128n128w8"), fwd<128, 64, 8>("fwd-m128n64w8"),
+            fwd<64, 64, 4>("fwd-m64n64w4"), fwd<64, 128, 4>("fwd-m64n128w4")};
+  else
+    return {fwd<128, 64, 8>("fwd-m128n64w8"), fwd<64, 64, 4>("fwd-m64n64w4")};
 }
 
 std::vector<Variant> variants() {
-  return {
-      {"bwd-shipped", lk::flash::launch_flash_bwd<bf16, kD, true>, lk::flash::launch_flash_bwd<bf16, kD, false>},
-      bwd<64, 1, 8>("bwd-m64k1w8"),
-      bwd<32, 2, 8>("bwd-m32k2w8"),
-      bwd<64, 1, 4>("bwd-m64k1w4"),
-  };
+  std::vector<Variant> v = {
+      {"bwd-shipped", lk::flash::launch_flash_bwd<bf16, kD, true>, lk::flash::launch_flash_bwd<bf16, kD, false>}};
+  if constexpr (kD <= 64) {
+    v.push_back(bwd<64, 1, 8>("bwd-m64k1w8"));
+    v.push_back(bwd<32, 2, 8>("bwd-m32k2w8"));
+    v.push_back(bwd<64, 1, 4>("bwd-m64k1w4"));
+  } else {
+    v.push_back(bwd<16, 1, 8>("bwd-m16k1w8"));
+    v.push_back(bwd<64, 1, 8>("bwd-m64k1w8"));
+  }
+  return v;
 }
 
 lk::FlashParams params(const Problem& pr, const Buffers& b) {
@@ -289,7 +302,9 @@ int main(int argc, char** argv) {
     if (mode == "time") {
       auto arg = [&](int i, int dflt) { return argc > i ? std::atoi(argv[i]) : dflt; };
       const Problem pr{arg(2, 1), arg(3, 16), arg(4, 16384), kD, arg(6, 1) != 0};
-      if (arg(5, kD) != kD) throw std::runtime_error("flash_probe is built for head dim 64 only");
+      if (arg(5, kD) != kD)
+        throw std::runtime_error("this flash_probe is built for head dim " + std::to_string(kD) +
+                                 "; build another with scripts/build_flash_probe.sh <head_dim>");
       return time(pr, arg(7, 20));
     }
     std::fprintf(stderr, "usage: flash_probe check | time [B H S D causal iters]\n");
