@@ -58,18 +58,10 @@ Variant bwd(const char* name) {
   return {name, lk::flash::launch_flash_bwd_tiles<bf16, kD, M, KT, W, true>,
           lk::flash::launch_flash_bwd_tiles<bf16, kD, M, KT, W, false>};
 }
-template <int M, int N, int W, bool C>
-void fwd_cfg(const lk::FlashParams& p, cudaStream_t stream) {
-  constexpr int kSmem = 2 * (M + 2 * N) * (kD + 8);
-  auto kernel = lk::flash::flash_fwd_kernel<bf16, kD, M, N, W, C>;
-  if (kSmem > 48 * 1024)
-    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  kernel<<<dim3(p.batch * p.heads, (p.seqlen_q + M - 1) / M), W * 32, kSmem, stream>>>(p);
-  LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
-}
 template <int M, int N, int W>
 Variant fwd(const char* name) {
-  return {name, fwd_cfg<M, N, W, true>, fwd_cfg<M, N, W, false>};
+  return {name, lk::flash::launch_flash_fwd_tiles<bf16, kD, M, N, W, true>,
+          lk::flash::launch_flash_fwd_tiles<bf16, kD, M, N, W, false>};
 }
 // Alternatives to the shipped tiles (flash_tiles.h), per head dim; the first row is what ships.
 std::vector<Variant> fwd_variants() {

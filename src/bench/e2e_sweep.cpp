@@ -37,10 +37,12 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-Summary summary_from(const Json& j) {
+// A Summary from JSON: the script's phase objects name the mean "mean"; lmscale's own metric records
+// (e2e_records) name it "value".
+Summary summary_from(const Json& j, const char* mean_key = "mean") {
   Summary s;
   if (!j.is_object()) return s;
-  s.mean = j.value("mean", 0.0);
+  s.mean = j.value(mean_key, 0.0);
   s.std = j.value("std", 0.0);
   s.median = j.value("median", 0.0);
   s.min = j.value("min", 0.0);
@@ -377,16 +379,7 @@ std::map<std::string, E2EResult> previous_results(const std::string& path,
     r.message = j.value("message", "");
     r.params = j.value("params", int64_t{0});
     const std::string metric = j["metric"];
-    auto summary = [&] {
-      Summary s;
-      s.mean = j.value("value", 0.0);
-      s.std = j.value("std", 0.0);
-      s.median = j.value("median", 0.0);
-      s.min = j.value("min", 0.0);
-      s.max = j.value("max", 0.0);
-      s.n = j.value("n", 0);
-      return s;
-    };
+    auto summary = [&] { return summary_from(j, "value"); };
     if (metric == "forward_ms") r.forward = summary();
     if (metric == "backward_ms") r.backward = summary();
     if (metric == "optimizer_ms") r.optimizer = summary();

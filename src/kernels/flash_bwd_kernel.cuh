@@ -158,10 +158,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
         ldmatrix_x4(bdo, b_frag_pair(do_s, kLd, mm * 16, kk * 16, lane));
 #pragma unroll
         for (int kt = 0; kt < kKT; ++kt) {
-          E::mma(s[kt][2 * mm], ka[kt], bq[0], bq[1]);
-          E::mma(s[kt][2 * mm + 1], ka[kt], bq[2], bq[3]);
-          E::mma(dp[kt][2 * mm], va[kt], bdo[0], bdo[1]);
-          E::mma(dp[kt][2 * mm + 1], va[kt], bdo[2], bdo[3]);
+          mma_pair<T>(s[kt][2 * mm], s[kt][2 * mm + 1], ka[kt], bq);
+          mma_pair<T>(dp[kt][2 * mm], dp[kt][2 * mm + 1], va[kt], bdo);
         }
       }
     }
@@ -220,10 +218,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
         ldmatrix_x4_trans(bq, bt_frag_pair(q_s, kLd, kk * 16, dd * 16, lane));
 #pragma unroll
         for (int kt = 0; kt < kKT; ++kt) {
-          E::mma(acc_dv[kt][2 * dd], pa[kt], bdo[0], bdo[1]);
-          E::mma(acc_dv[kt][2 * dd + 1], pa[kt], bdo[2], bdo[3]);
-          E::mma(acc_dk[kt][2 * dd], dsa[kt], bq[0], bq[1]);
-          E::mma(acc_dk[kt][2 * dd + 1], dsa[kt], bq[2], bq[3]);
+          mma_pair<T>(acc_dv[kt][2 * dd], acc_dv[kt][2 * dd + 1], pa[kt], bdo);
+          mma_pair<T>(acc_dk[kt][2 * dd], acc_dk[kt][2 * dd + 1], dsa[kt], bq);
         }
       }
     }
@@ -241,8 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
       for (int i = 0; i + 1 < kDqTiles; i += 2) {
         uint32_t bk[4];
         ldmatrix_x4_trans(bk, bt_frag_pair(sK, kLd, kk * 16, (dq_nbase + i) * 8, lane));
-        E::mma(acc_dq[i], dsa, bk[0], bk[1]);
-        E::mma(acc_dq[i + 1], dsa, bk[2], bk[3]);
+        mma_pair<T>(acc_dq[i], acc_dq[i + 1], dsa, bk);
       }
       if constexpr (kDqTiles % 2 == 1) {
         uint32_t bk[2];

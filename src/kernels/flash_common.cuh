@@ -56,6 +56,15 @@ struct Elem<__half> {
   }
 };
 
+// C_lo += A B_lo and C_hi += A B_hi for the two adjacent n8 tiles whose B operands one ldmatrix.x4
+// returns (b_frag_pair / bt_frag_pair: b[0..1] the first tile, b[2..3] the second).
+template <typename T>
+__device__ __forceinline__ void mma_pair(float (&c_lo)[4], float (&c_hi)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[4]) {
+  Elem<T>::mma(c_lo, a, b[0], b[1]);
+  Elem<T>::mma(c_hi, a, b[2], b[3]);
+}
+
 // The A fragment of one k16 chunk from the fp32 C fragments of the two n8 tiles that make up that
 // chunk (Note [mma fragments]), rounded to T: how P and dS feed the next matmul from registers.
 template <typename T>

@@ -97,8 +97,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
         ldmatrix_x4(bk, b_frag_pair(sK, kLd, nn * 16, kk * 16, lane));
 #pragma unroll
         for (int mi = 0; mi < kMT; ++mi) {
-          E::mma(s[mi][2 * nn], q_frag[mi][kk], bk[0], bk[1]);
-          E::mma(s[mi][2 * nn + 1], q_frag[mi][kk], bk[2], bk[3]);
+          mma_pair<T>(s[mi][2 * nn], s[mi][2 * nn + 1], q_frag[mi][kk], bk);
         }
       }
     }
@@ -165,8 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
         ldmatrix_x4_trans(bv, bt_frag_pair(sV, kLd, kk * 16, dd * 16, lane));
 #pragma unroll
         for (int mi = 0; mi < kMT; ++mi) {
-          E::mma(acc_o[mi][2 * dd], pa[mi], bv[0], bv[1]);
-          E::mma(acc_o[mi][2 * dd + 1], pa[mi], bv[2], bv[3]);
+          mma_pair<T>(acc_o[mi][2 * dd], acc_o[mi][2 * dd + 1], pa[mi], bv);
         }
       }
     }

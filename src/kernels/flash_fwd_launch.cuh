@@ -19,12 +19,10 @@ void run_flash_fwd_(const FlashParams& p, cudaStream_t stream);
 
 namespace flash {
 
-template <typename T, int D, bool IsCausal>
-void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
-  constexpr int kWarps = flash_tiles::fwd_warps(D);
-  constexpr int kBlockM = flash_tiles::fwd_block_m(D);
-  constexpr int kBlockN = flash_tiles::fwd_block_n(D);
-  constexpr int kSmem = flash_tiles::fwd_smem_bytes(D);
+// One tile configuration (flash_tiles.h picks the shipped one; tools/flash_probe.cu times others).
+template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
+void launch_flash_fwd_tiles(const FlashParams& p, cudaStream_t stream) {
+  constexpr int kSmem = flash_tiles::fwd_smem_bytes(D, kBlockM, kBlockN);
   static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
   static_assert(flash_tiles::padded_row_is_conflict_free(D), "shared rows must stay ldmatrix conflict-free");
   auto kernel = flash_fwd_kernel<T, D, kBlockM, kBlockN, kWarps, IsCausal>;
@@ -36,6 +34,12 @@ void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
   dim3 grid(batch_heads, m_blocks);  // Note [grid order] in flash_fwd_kernel.cuh
   kernel<<<grid, kWarps * 32, kSmem, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
+}
+
+template <typename T, int D, bool IsCausal>
+void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
+  launch_flash_fwd_tiles<T, D, flash_tiles::fwd_block_m(D), flash_tiles::fwd_block_n(D), flash_tiles::fwd_warps(D),
+                         IsCausal>(p, stream);
 }
 
 template <typename T, int D>

@@ -34,8 +34,9 @@ constexpr int smem_row(int head_dim) { return head_dim + 8; }
 
 constexpr bool padded_row_is_conflict_free(int head_dim) { return (smem_row(head_dim) * 2 / 16) % 2 == 1; }
 
-constexpr int fwd_smem_bytes(int head_dim) {
-  return 2 * (fwd_block_m(head_dim) + 2 * fwd_block_n(head_dim)) * smem_row(head_dim);
+// Q (block_m rows), K and V (block_n rows each), padded.
+constexpr int fwd_smem_bytes(int head_dim, int block_m, int block_n) {
+  return 2 * (block_m + 2 * block_n) * smem_row(head_dim);
 }
 // K, V (block_n rows), Q and dO double-buffered (block_m rows), dS^T double-buffered (block_n x
 // block_m, padded), and L, D per query row, double-buffered.
