@@ -48,6 +48,9 @@ gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || 
 ((gpus == 1)) && echo "note: 1 GPU, so the 2-GPU NCCL tests are deselected" | tee -a "$LOG"
 select=()
 ((gpus == 1)) && select=(-k "not nccl")
+# LMSCALE_PYTEST_K=<expr> runs only the matching tests (e.g. nccl on the 2-GPU kind, when the rest
+# already ran on a 1-GPU machine at the same commit).
+[[ -n ${LMSCALE_PYTEST_K:-} ]] && select=(-k "$LMSCALE_PYTEST_K${select[1]:+ and (${select[1]})}")
 
 t0=$SECONDS
 timeout 1200 "$PY" -m pytest -v -rs -s -p no:cacheprovider "$ROOT/tests/python" --junitxml="$OUT/python_gpu.xml" \
