@@ -127,7 +127,7 @@ class LM(nn.Module):
         x = F.embedding(ids, self.emb)
         for b in self.blocks:
             if self.dynamic_context:
-                torch._dynamo.mark_dynamic(x, 1)
+                torch._dynamo.maybe_mark_dynamic(x, 1)
             x = b(x)
         return x
 
@@ -198,8 +198,8 @@ class Runner:
             whole = torch.compile(lambda ids, tgt: loss_of(model(ids), tgt))
 
             def loss_fn(ids, tgt):
-                torch._dynamo.mark_dynamic(ids, 1)
-                torch._dynamo.mark_dynamic(tgt, 1)
+                torch._dynamo.maybe_mark_dynamic(ids, 1)
+                torch._dynamo.maybe_mark_dynamic(tgt, 1)
                 return whole(ids, tgt)
         else:  # blocks: each block compiled in place (one graph reused by all), plus head + loss
             for b in model.blocks:
@@ -209,8 +209,8 @@ class Runner:
 
             def loss_fn(ids, tgt):
                 x = model.trunk(ids)
-                torch._dynamo.mark_dynamic(x, 1)
-                torch._dynamo.mark_dynamic(tgt, 1)
+                torch._dynamo.maybe_mark_dynamic(x, 1)
+                torch._dynamo.maybe_mark_dynamic(tgt, 1)
                 return head(x, tgt)
         self.model, self.loss_fn, self.key = model, loss_fn, key
 

@@ -205,8 +205,12 @@ struct SweepState {
   std::vector<E2EConfig> configs;
   std::vector<std::string> impls;  // "lmscale" first, then the baselines
   std::vector<std::vector<std::optional<E2EResult>>> results;
+  // The invocation (its start date) that measured each result, parallel to results: a ratio is fair
+  // only between two results of one invocation, on one machine; --resume can join several.
+  std::vector<std::vector<std::string>> run_of;
   size_t resumed = 0;           // results taken from an earlier run (--resume)
   std::string resumed_commits;  // their commits
+  bool across_runs(size_t k, size_t i) const { return run_of[0][i] != run_of[k][i]; }
 };
 
 std::string config_label(const E2EConfig& c) {
@@ -269,7 +273,7 @@ MarkdownTable compare_table(const SweepState& st) {
     for (size_t k = 1; k < st.impls.size(); ++k) {
       const auto& r = st.results[k][i];
       const bool both = lm && r && lm->status == "ok" && r->status == "ok" && lm->total.mean > 0;
-      row.push_back(both ? fmt(r->total.mean / lm->total.mean, 2) + "×" : "-");
+      row.push_back(both ? fmt(r->total.mean / lm->total.mean, 2) + "×" + (st.across_runs(k, i) ? " †" : "") : "-");
     }
     if (compile_k) {
       const auto& r = st.results[compile_k][i];
@@ -299,6 +303,13 @@ std::string sweep_markdown(const E2ESweep& s, const SweepState& st) {
   if (st.resumed)
     md << "- resumed (--resume): " << st.resumed << " results were measured by an earlier run of this sweep "
        << "(commit " << st.resumed_commits << ") and read back from e2e.jsonl\n";
+  size_t crossed = 0;
+  for (size_t k = 1; k < st.impls.size(); ++k)
+    for (size_t i = 0; i < st.configs.size(); ++i) crossed += st.results[k][i] && st.across_runs(k, i);
+  if (crossed)
+    md << "- **† " << crossed << " ratios compare results of different invocations** (a resumed sweep, possibly "
+       << "another machine): launch-bound configs (small models) vary between machines by more than the ratio "
+       << "says; measure them again in one run before quoting them\n";
   if (s.baselines.empty()) {
     md << "\n" << detail_table(st).render();
     return md.str();
@@ -315,8 +326,8 @@ std::string sweep_markdown(const E2ESweep& s, const SweepState& st) {
     }
   }
   md << "- PyTorch baselines: `scripts/torch_baseline.py`, the same architecture and step (fused AdamW, autocast, "
-     << "forward under no_grad), timed the same way; one Python process per baseline for the whole sweep, run "
-     << "after lmscale's pass; the model is built once per size and reused (a fresh optimizer per config)\n";
+     << "forward under no_grad), timed the same way; per size, lmscale's configs first, then one Python process "
+     << "per baseline for that size's configs (so a size's ratios come from one invocation); the model is built once per size and reused (a fresh optimizer per config)\n";
   for (const auto& impl : s.baselines)
     if (impl == "torch-compile") {
       md << "- torch-compile: "
@@ -358,9 +369,9 @@ std::string config_key(const E2EConfig& c, const std::string& impl) {
 // Results already in <out>/e2e.jsonl, by record_key; the latest invocation (date) wins. Lines that
 // do not parse (a run killed mid-write) are skipped.
 std::map<std::string, E2EResult> previous_results(const std::string& path,
-                                                  std::map<std::string, std::string>& commit_of) {
+                                                  std::map<std::string, std::string>& commit_of,
+                                                  std::map<std::string, std::string>& date_of) {
   std::map<std::string, E2EResult> out;
-  std::map<std::string, std::string> date_of;
   std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
@@ -407,12 +418,13 @@ std::string run_e2e_sweep(const E2ESweep& s) {
   st.impls = {"lmscale"};
   st.impls.insert(st.impls.end(), s.baselines.begin(), s.baselines.end());
   st.results.assign(st.impls.size(), std::vector<std::optional<E2EResult>>(st.configs.size()));
+  st.run_of.assign(st.impls.size(), std::vector<std::string>(st.configs.size()));
   const size_t total = st.configs.size() * st.impls.size();
   size_t done = 0;
   if (s.resume) {
-    std::map<std::string, std::string> commit_of;
+    std::map<std::string, std::string> commit_of, date_of;
     std::set<std::string> commits;
-    const auto previous = previous_results(s.out_dir + "/e2e.jsonl", commit_of);
+    const auto previous = previous_results(s.out_dir + "/e2e.jsonl", commit_of, date_of);
     for (size_t k = 0; k < st.impls.size(); ++k)
       for (size_t i = 0; i < st.configs.size(); ++i) {
         const std::string key = config_key(st.configs[i], st.impls[k]);
@@ -422,6 +434,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
         if (it != previous.end() &&
             (it->second.status == "oom" || (it->second.status == "ok" && it->second.total.n > 0))) {
           st.results[k][i] = it->second;
+          st.run_of[k][i] = date_of[key];
           commits.insert(commit_of[key]);
           ++done;
           ++st.resumed;
@@ -435,47 +448,54 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     // what it measured.
     append_jsonl(s.out_dir + "/e2e.jsonl", e2e_records(st.configs[i], r, st.impls[k]));
     st.results[k][i] = r;
+    st.run_of[k][i] = run_info().date;
     write_text(s.out_dir + "/e2e.md", sweep_markdown(s, st));
   };
   auto outcome = [](const E2EResult& r) { return r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status; };
-  for (size_t i = 0; i < st.configs.size(); ++i) {
-    if (st.results[0][i]) continue;
-    ++done;
-    std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " lmscale ..." << std::flush;
-    E2EResult r = run_e2e(st.configs[i]);
-    std::cerr << " " << outcome(r) << "\n";
-    if (r.status == "error") std::cerr << "    " << r.message << "\n";
-    keep(0, i, r);
-  }
-  for (size_t k = 1; k < st.impls.size(); ++k) {
-    const std::string& impl = st.impls[k];
-    std::vector<E2EConfig> todo;  // the configs without a result yet, and where they sit in the sweep
-    std::vector<size_t> where;
-    for (size_t i = 0; i < st.configs.size(); ++i)
-      if (!st.results[k][i]) {
-        todo.push_back(st.configs[i]);
-        where.push_back(i);
-      }
-    if (todo.empty()) continue;
-    std::cerr << impl << ": one Python process for " << todo.size() << " configs";
-    if (impl == "torch-compile")
-      std::cerr << " (compiled per " << (s.compile_scope == "model" ? "model" : "block")
-                << ", context dynamic; compilation in warm-up)";
-    std::cerr << " ...\n" << std::flush;
-    run_torch_baselines(
-        todo, impl,
-        [&](size_t t, const E2EResult& r) {
-          const size_t i = where[t];
-          ++done;
-          std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " " << impl << " "
-                    << outcome(r);
-          if (extra_number(r, "compile_s") > 0.05)
-            std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
-          std::cerr << "\n";
-          if (r.status == "error") std::cerr << "    " << r.message << "\n";
-          keep(k, i, r);
-        },
-        s.compile_scope);
+  // Size by size: lmscale's configs, then each baseline's, so a time limit that cuts the sweep leaves
+  // whole sizes measured in one invocation (configs are ordered size first).
+  for (size_t lo = 0, hi = 0; lo < st.configs.size(); lo = hi) {
+    const std::string& size = st.configs[lo].setup.model.name;
+    for (hi = lo; hi < st.configs.size() && st.configs[hi].setup.model.name == size;) ++hi;
+    for (size_t i = lo; i < hi; ++i) {
+      if (st.results[0][i]) continue;
+      ++done;
+      std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " lmscale ..." << std::flush;
+      E2EResult r = run_e2e(st.configs[i]);
+      std::cerr << " " << outcome(r) << "\n";
+      if (r.status == "error") std::cerr << "    " << r.message << "\n";
+      keep(0, i, r);
+    }
+    for (size_t k = 1; k < st.impls.size(); ++k) {
+      const std::string& impl = st.impls[k];
+      std::vector<E2EConfig> todo;  // this size's configs without a result yet, and where they sit in the sweep
+      std::vector<size_t> where;
+      for (size_t i = lo; i < hi; ++i)
+        if (!st.results[k][i]) {
+          todo.push_back(st.configs[i]);
+          where.push_back(i);
+        }
+      if (todo.empty()) continue;
+      std::cerr << impl << ": one Python process for " << size << "'s " << todo.size() << " configs";
+      if (impl == "torch-compile")
+        std::cerr << " (compiled per " << (s.compile_scope == "model" ? "model" : "block")
+                  << ", context dynamic; compilation in warm-up)";
+      std::cerr << " ...\n" << std::flush;
+      run_torch_baselines(
+          todo, impl,
+          [&](size_t t, const E2EResult& r) {
+            const size_t i = where[t];
+            ++done;
+            std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " " << impl << " "
+                      << outcome(r);
+            if (extra_number(r, "compile_s") > 0.05)
+              std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
+            std::cerr << "\n";
+            if (r.status == "error") std::cerr << "    " << r.message << "\n";
+            keep(k, i, r);
+          },
+          s.compile_scope);
+    }
   }
   write_text(s.out_dir + "/e2e.md", sweep_markdown(s, st));
   return s.baselines.empty() ? detail_table(st).render() : compare_table(st).render();

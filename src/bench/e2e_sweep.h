@@ -1,8 +1,9 @@
 // The end-to-end sweep behind `lmscale bench`: sizes × contexts × precisions × modes × attention
 // backends, each config run by run_e2e (OOM becomes a cell), optional PyTorch baselines of the
 // same architecture measured in the same invocation (scripts/torch_baseline.py, eager and
-// torch.compile; one Python process per baseline for the whole sweep, run after lmscale's pass),
-// a progress line per config, and one markdown table + JSON Lines out.
+// torch.compile; size by size: lmscale's configs, then one Python process per baseline for them),
+// a progress line per config, and one markdown table + JSON Lines out. Ratios between results of
+// different invocations (joined by --resume) are marked in the table.
 #pragma once
 #include <functional>
 #include <string>

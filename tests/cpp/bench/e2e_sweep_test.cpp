@@ -1,19 +1,21 @@
 // The sweep (src/bench/e2e_sweep.cpp) on a tiny CPU config: `lmscale bench --compare` runs one
-// Python process per baseline for the whole sweep (scripts/torch_baseline.py's batch mode: one
-// result line per config, ids and JSON checked), records per config, the side-by-side table, an
+// Python process per baseline and size (scripts/torch_baseline.py's batch mode: one result line per
+// config, ids and JSON checked), size by size, records per config, the side-by-side table, an
 // injected out-of-memory config that becomes a cell while the batch goes on, a missing Python that
-// becomes error cells instead of a crash, and --resume. torch.compile is not run here: Inductor's
+// becomes error cells instead of a crash, --resume, and the mark on ratios across invocations. torch.compile is not run here: Inductor's
 // CPU code generation takes minutes on the 2-core CI machine (LMSCALE_TEST_COMPILE=1 runs it).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "core/results.h"
 #include "support/run_cli.h"
@@ -128,7 +130,7 @@ TEST(BenchCompare, EagerBaselineRunsAsOneProcessWithRecordsAndRatios) {
   auto r = run_cli(std::string(kTiny) + "--context 16,32 --mode forward,train-step --compare torch-eager --out " + dir,
                    "LMSCALE_INJECT_OOM=tiny:16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("torch-eager: one Python process for 4 configs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("torch-eager: one Python process for tiny's 4 configs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[8/8]"), std::string::npos) << r.output;  // a progress line per config and impl
   // Records: per impl and config; the injected context fails for both impls, the rest are measured.
   std::map<std::string, int> ok_steps, oom;
@@ -159,6 +161,42 @@ TEST(BenchCompare, EagerBaselineRunsAsOneProcessWithRecordsAndRatios) {
   EXPECT_NE(md.find("| OOM"), std::string::npos) << md;
   EXPECT_NE(md.find("×"), std::string::npos) << md;
   EXPECT_EQ(md.find("not run"), std::string::npos) << md;
+  EXPECT_EQ(md.find("†"), std::string::npos) << md;  // one invocation: no ratio is marked
+}
+
+TEST(BenchCompare, GoesSizeBySize) {
+  SKIP_WITHOUT_TORCH();
+  auto r = run_cli("bench --device cpu --size tiny,custom --d-model 32 --d-ff 64 --layers 1 --heads 2 --batch 2 "
+                   "--warmup 1 --steps 2 --context 16 --compare torch-eager --out " +
+                   temp_dir("by-size"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Each size: lmscale, then the baseline's own process, before the next size starts.
+  const std::vector<std::string> order = {"tiny ctx 16 fp32 train-step naive lmscale",
+                                          "torch-eager: one Python process for tiny's 1 configs",
+                                          "tiny ctx 16 fp32 train-step naive torch-eager",
+                                          "custom ctx 16 fp32 train-step naive lmscale",
+                                          "torch-eager: one Python process for custom's 1 configs",
+                                          "custom ctx 16 fp32 train-step naive torch-eager"};
+  size_t at = 0;
+  for (const auto& line : order) {
+    const size_t found = r.output.find(line, at);
+    ASSERT_NE(found, std::string::npos) << "'" << line << "' missing or out of order:\n" << r.output;
+    at = found + line.size();
+  }
+}
+
+TEST(BenchCompare, MarksRatiosAcrossInvocations) {
+  SKIP_WITHOUT_TORCH();
+  auto dir = temp_dir("across");
+  ASSERT_EQ(run_cli(std::string(kTiny) + "--context 16 --out " + dir).exit_code, 0);
+  // Invocations are told apart by their start time (seconds): let the second start in a later second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto r = run_cli(std::string(kTiny) + "--context 16 --compare torch-eager --resume --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir + "/e2e.md");
+  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("× †"), std::string::npos) << md;  // lmscale from run 1, eager from run 2
+  EXPECT_NE(md.find("1 ratios compare results of different invocations"), std::string::npos) << md;
 }
 
 TEST(BenchCompare, MissingPythonGivesErrorCellsNotACrash) {
