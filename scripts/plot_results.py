@@ -3,8 +3,10 @@
 
     python3 scripts/plot_results.py docs/results
 
-Each plot uses the newest run (latest `date`) of its benchmark, and its title names the GPU, the
-commit and the date, so a picture is never separated from its provenance.
+Each plot uses the newest sweep of its benchmark (the command of the latest record; a sweep resumed
+over several invocations repeats its command, so all of them count, the latest record per config
+winning), and its title names the GPU, the commits and the date, so a picture is never separated from
+its provenance.
 """
 import collections
 import json
@@ -20,8 +22,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 def newest(records):
     if not records:
         return []
-    last = max(r.get("date", "") for r in records)
-    return [r for r in records if r.get("date", "") == last]
+    latest = max(records, key=lambda r: r.get("date", ""))
+    sweep = [r for r in records if r.get("command") == latest.get("command")]
+    config = ("size", "context", "precision", "mode", "attention", "impl", "metric", "batch")
+    by_config = {}
+    for r in sorted(sweep, key=lambda r: r.get("date", "")):
+        by_config[tuple(r.get(k) for k in config)] = r
+    return list(by_config.values())
 
 
 def load(folder, name):
@@ -32,12 +39,14 @@ def load(folder, name):
 
 
 def title(recs, what):
-    r = recs[0]
-    return f"{what}\n{r.get('gpu', '?')} · commit {r.get('commit', '?')} · {r.get('date', '?')[:10]}"
+    commits = ", ".join(sorted({r.get("commit", "?") for r in recs}))
+    dates = sorted({r.get("date", "?")[:10] for r in recs})
+    return f"{what}\n{recs[0].get('gpu', '?')} · commit {commits} · {dates[-1]}"
 
 
 def plot_e2e(folder):
-    recs = [r for r in newest(load(folder, "e2e")) if r.get("metric") == "step_ms" and r.get("status") == "ok"]
+    recs = [r for r in newest(load(folder, "e2e"))
+            if r.get("metric") == "step_ms" and r.get("status") == "ok" and r.get("impl", "lmscale") == "lmscale"]
     if not recs:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=False)
@@ -56,16 +65,49 @@ def plot_e2e(folder):
         ax.set_title(mode)
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=6, ncol=2)
-    fig.suptitle(title(recs, "End-to-end step time"), fontsize=9)
+    fig.suptitle(title(recs, "End-to-end step time, lmscale"), fontsize=9)
     fig.tight_layout()
     out = folder / "e2e.png"
     fig.savefig(out, dpi=120)
     return out
 
 
+def plot_e2e_compare(folder):
+    """Train step per size: lmscale, PyTorch eager and torch.compile over context (bf16 solid, fp32 dashed)."""
+    recs = [r for r in newest(load(folder, "e2e"))
+            if r.get("metric") == "step_ms" and r.get("status") == "ok" and r.get("mode") == "train-step"]
+    if len({r.get("impl", "lmscale") for r in recs}) < 2:
+        return None
+    sizes = list(dict.fromkeys(r["size"] for r in recs))
+    fig, axes = plt.subplots(1, len(sizes), figsize=(3.6 * len(sizes), 3.8), squeeze=False)
+    colors = {"lmscale": "tab:blue", "torch-eager": "tab:orange", "torch-compile": "tab:green"}
+    for ax, size in zip(axes[0], sizes):
+        series = collections.defaultdict(dict)
+        for r in recs:
+            if r["size"] == size:
+                series[(r.get("impl", "lmscale"), r["precision"])][r["context"]] = r["value"]
+        for (impl, prec), pts in sorted(series.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", color=colors.get(impl, "gray"),
+                    linestyle="-" if prec == "bf16" else "--", label=f"{impl} {prec}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context")
+        ax.set_title(size)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("ms per train step")
+    axes[0][-1].legend(fontsize=6)
+    fig.suptitle(title(recs, "Train step: lmscale vs PyTorch eager vs torch.compile (see the table for which "
+                             "ratios come from one run)"), fontsize=9)
+    fig.tight_layout()
+    out = folder / "e2e_compare.png"
+    fig.savefig(out, dpi=120)
+    return out
+
+
 def main():
     folder = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
-    for fn in [plot_e2e]:
+    for fn in [plot_e2e, plot_e2e_compare]:
         out = fn(folder)
         if out:
             print(f"plot: {out}")
