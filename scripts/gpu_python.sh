@@ -11,11 +11,7 @@
 # importable; if it is not, a wheel in .whl/ is installed into OUT/.pytest (carry one with
 # `pip download pytest -d .whl` on a machine with network).
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_python.sh OUT}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+source "$(dirname "$0")/script_init.sh" "$@"
 PY=${LMSCALE_PYTHON:-python3}
 export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build}
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -4,11 +4,7 @@
 # which libraries define ostream's _M_insert<long>, and whether candidate fixes avoid the crash.
 #   scripts/gpu_python_diag.sh OUT      (after ./lmscale build; LMSCALE_BUILD_DIR default build-gpu)
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_python_diag.sh OUT}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+source "$(dirname "$0")/script_init.sh" "$@"
 B=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 PY=${LMSCALE_PYTHON:-python3}
 LOG=$OUT/python_diag.log
