@@ -3,10 +3,9 @@
 
     python3 scripts/plot_results.py docs/results
 
-Each plot uses the newest sweep of its benchmark (the command of the latest record; a sweep resumed
-over several invocations repeats its command, so all of them count, the latest record per config
-winning), and its title names the GPU, the commits and the date, so a picture is never separated from
-its provenance.
+Each plot draws the latest measurement of every config on the GPU of the newest record (so a sweep
+split over several invocations is drawn whole), and its title names the GPU, the commits and the
+date, so a picture is never separated from its provenance.
 """
 import collections
 import json
@@ -20,13 +19,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def newest(records):
+    """The latest measurement of every config on the GPU of the latest record (a sweep split over
+    several invocations, by size or by --resume, is then drawn whole)."""
     if not records:
         return []
-    latest = max(records, key=lambda r: r.get("date", ""))
-    sweep = [r for r in records if r.get("command") == latest.get("command")]
+    gpu = max(records, key=lambda r: r.get("date", "")).get("gpu")
     config = ("size", "context", "precision", "mode", "attention", "impl", "metric", "batch")
     by_config = {}
-    for r in sorted(sweep, key=lambda r: r.get("date", "")):
+    for r in sorted((r for r in records if r.get("gpu") == gpu), key=lambda r: r.get("date", "")):
         by_config[tuple(r.get(k) for k in config)] = r
     return list(by_config.values())
 
