@@ -199,6 +199,21 @@ TEST(BenchCompare, MarksRatiosAcrossInvocations) {
   EXPECT_NE(md.find("1 ratios compare results of different invocations"), std::string::npos) << md;
 }
 
+TEST(BenchCompare, ResumingAFinishedSweepKeepsItsRatiosUnmarked) {
+  SKIP_WITHOUT_TORCH();
+  auto dir = temp_dir("rerender");
+  const std::string cmd = std::string(kTiny) + "--context 16 --compare torch-eager --resume --out " + dir;
+  ASSERT_EQ(run_cli(cmd).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto r = run_cli(cmd);  // measures nothing: both results come from the first invocation
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resume: 2 of 2 results"), std::string::npos) << r.output;
+  std::ifstream f(dir + "/e2e.md");
+  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("×"), std::string::npos) << md;
+  EXPECT_EQ(md.find("†"), std::string::npos) << md;
+}
+
 TEST(BenchCompare, MissingPythonGivesErrorCellsNotACrash) {
   auto dir = temp_dir("nopython");
   auto r = run_cli(std::string(kTiny) + "--context 16 --compare torch-eager --out " + dir,
