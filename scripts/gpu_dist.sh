@@ -6,6 +6,7 @@
 #   LMSCALE_COMMIT=abc1234 bash scripts/gpu_dist.sh build tests ddp torch comm zero
 # Phases run in the order given and each is cut off at DEADLINE_S seconds after the start (default
 # 440), so the results of the finished ones always come back. BUILD_TARGETS limits the build.
+# NPROC (default 2) sets the number of processes, one GPU each (4 or 8 on the larger kinds; issues 6, 7).
 # Benchmarks run inside $OUT/res with relative --out folders, so recorded commands name no machine path.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,24 +42,24 @@ phase_tests() {
 }
 phase_ddp() {
   log "bench ddp"
-  (cd "$RES" && run $L launch -n 2 -- bench ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --trace-dir ../logs \
-    --out .) 2>&1 | tee "$OUT/logs/ddp.log" | grep -v "^\[rank 1\]"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --trace-dir ../logs \
+    --out .) 2>&1 | tee "$OUT/logs/ddp.log" | grep -v "^\[rank [1-9]"
   gzip -f "$OUT"/logs/*.json 2>/dev/null
 }
 phase_torch() {
   log "PyTorch DDP baseline"
-  (cd "$RES" && run python3 -m torch.distributed.run --nproc_per_node 2 --master_port 29555 \
+  (cd "$RES" && run python3 -m torch.distributed.run --nproc_per_node ${NPROC:-2} --master_port 29555 \
     "$ROOT/scripts/torch_ddp_baseline.py" --size ${DDP_SIZE:-xl} --precision fp32,bf16 --out .) 2>&1 | tee "$OUT/logs/torch_ddp.log" | grep "torch-ddp\|Error"
 }
 phase_comm() {
   log "bench comm (NCCL, then Gloo)"
-  (cd "$RES" && run $L launch -n 2 -- bench comm --backend nccl --out .) 2>&1 | tee "$OUT/logs/comm_nccl.log" | grep -v "^\[rank 1\]"
-  (cd "$RES" && run $L launch -n 2 -- bench comm --backend gloo --warmup 2 --out .) 2>&1 | tee "$OUT/logs/comm_gloo.log" \
-    | grep -v "^\[rank 1\]"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench comm --backend nccl --out .) 2>&1 | tee "$OUT/logs/comm_nccl.log" | grep -v "^\[rank [1-9]"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench comm --backend gloo --warmup 2 --out .) 2>&1 | tee "$OUT/logs/comm_gloo.log" \
+    | grep -v "^\[rank [1-9]"
 }
 phase_zero() {
   log "bench zero"
-  (cd "$RES" && run $L launch -n 2 -- bench zero --size ${DDP_SIZE:-xl} --out .) 2>&1 | tee "$OUT/logs/zero.log" | grep -v "^\[rank 1\]"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench zero --size ${DDP_SIZE:-xl} --out .) 2>&1 | tee "$OUT/logs/zero.log" | grep -v "^\[rank [1-9]"
 }
 for p in "$@"; do
   if (( SECONDS >= DEADLINE - 10 )); then log "skipping $p: deadline"; continue; fi
