@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -457,8 +458,20 @@ std::string run_e2e_sweep(const E2ESweep& s) {
   for (size_t lo = 0, hi = 0; lo < st.configs.size(); lo = hi) {
     const std::string& size = st.configs[lo].setup.model.name;
     for (hi = lo; hi < st.configs.size() && st.configs[hi].setup.model.name == size;) ++hi;
+    // Wall time per impl for this size, printed when the size is done: what plans the next split of a
+    // sweep over time-limited calls (E2E_SIZES in scripts/gpu_check.sh).
+    std::string timing;
+    auto clock_start = std::chrono::steady_clock::now();
+    auto lap = [&](const std::string& impl) {
+      const auto now = std::chrono::steady_clock::now();
+      timing += (timing.empty() ? "" : ", ") + impl + " " +
+                fmt(std::chrono::duration<double>(now - clock_start).count(), 0) + " s";
+      clock_start = now;
+    };
+    bool measured = false;
     for (size_t i = lo; i < hi; ++i) {
       if (st.results[0][i]) continue;
+      measured = true;
       ++done;
       std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " lmscale ..." << std::flush;
       E2EResult r = run_e2e(st.configs[i]);
@@ -466,6 +479,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
       if (r.status == "error") std::cerr << "    " << r.message << "\n";
       keep(0, i, r);
     }
+    if (measured) lap("lmscale");
     for (size_t k = 1; k < st.impls.size(); ++k) {
       const std::string& impl = st.impls[k];
       std::vector<E2EConfig> todo;  // this size's configs without a result yet, and where they sit in the sweep
@@ -495,7 +509,9 @@ std::string run_e2e_sweep(const E2ESweep& s) {
             keep(k, i, r);
           },
           s.compile_scope);
+      lap(impl);
     }
+    if (!timing.empty()) std::cerr << size << " done: " << timing << "\n";
   }
   write_text(s.out_dir + "/e2e.md", sweep_markdown(s, st));
   return s.baselines.empty() ? detail_table(st).render() : compare_table(st).render();

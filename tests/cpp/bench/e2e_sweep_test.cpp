@@ -174,9 +174,11 @@ TEST(BenchCompare, GoesSizeBySize) {
   const std::vector<std::string> order = {"tiny ctx 16 fp32 train-step naive lmscale",
                                           "torch-eager: one Python process for tiny's 1 configs",
                                           "tiny ctx 16 fp32 train-step naive torch-eager",
+                                          "tiny done: lmscale ",
                                           "custom ctx 16 fp32 train-step naive lmscale",
                                           "torch-eager: one Python process for custom's 1 configs",
-                                          "custom ctx 16 fp32 train-step naive torch-eager"};
+                                          "custom ctx 16 fp32 train-step naive torch-eager",
+                                          "custom done: lmscale "};
   size_t at = 0;
   for (const auto& line : order) {
     const size_t found = r.output.find(line, at);
