@@ -17,12 +17,10 @@
 # Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
 # commit in every record (the GPU machine gets no .git).
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_check.sh OUT [stage ...]}
+source "$(dirname "$0")/script_init.sh" "$@"
 shift
 STAGES=("$@")
 ((${#STAGES[@]})) || STAGES=(build tests bench)
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
 export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 RES=${LMSCALE_GPU_RESULTS:-$LMSCALE_BUILD_DIR/results}

@@ -23,13 +23,11 @@ left() { echo $((DEADLINE - SECONDS > 5 ? DEADLINE - SECONDS : 5)); }
 run() { timeout -k 5 "$(left)" "$@"; }
 
 phase_build() {
-  # Configure as ./lmscale build does, but build only the targets this run needs.
+  # The bootstrap (its compiler choice included), building only the targets and kernels this run needs.
   log "build ($ROOT) targets: ${BUILD_TARGETS:-lmscale_cli lmscale_tests}"
-  bash "$ROOT/scripts/bundle_deps.sh" >/dev/null
-  local prefix; prefix=$(python3 -c "import torch.utils; print(torch.utils.cmake_prefix_path)")
-  { cmake -S "$ROOT" -B $B -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$(command -v python3)" \
-      -DLMSCALE_PYTHON_EXE="$(command -v python3)" -DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16 &&
-    cmake --build $B -j "${LMSCALE_JOBS:-30}" --target ${BUILD_TARGETS:-lmscale_cli lmscale_tests} -- -k 0; } \
+  LMSCALE_BUILD_DIR=$B LMSCALE_PYTHON=$(command -v python3) LMSCALE_JOBS=${LMSCALE_JOBS:-30} \
+    LMSCALE_BUILD_TARGETS="${BUILD_TARGETS:-lmscale_cli lmscale_tests}" \
+    LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" "$ROOT/lmscale" build \
     >"$OUT/logs/build.log" 2>&1 || grep -B2 -A12 "FAILED\|error:" "$OUT/logs/build.log" | head -n 60
   [[ -x $L ]] || { log "no CLI binary"; return 1; }
   python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'

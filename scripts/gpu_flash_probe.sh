@@ -4,10 +4,9 @@
 # fp64 CPU reference, timings on the leaderboard shape and a smaller one (head dim 64, plus any
 # build-probe/flash_probe_d<D>), and an Nsight Compute report of chosen kernels. Usage: scripts/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]}
+source "$(dirname "$0")/script_init.sh" "$@"
 shift
 P=build-probe/flash_probe
-mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/probe.txt" 2>&1
 "$P" check >>"$OUT/probe.txt" 2>&1
 for shape in "1 16 16384 64 1" "1 16 16384 64 0" "4 16 4096 64 1" "1 1 4096 64 1"; do

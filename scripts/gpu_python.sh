@@ -32,14 +32,16 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
   export PYTHONPATH="$PYTHONPATH:$OUT/.pytest"
 fi
 
+torch_info=$("$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" 2>&1)
+gpus=${torch_info##* gpus }
+[[ $gpus =~ ^[0-9]+$ ]] || gpus=0
 {
   echo "# $(date -u +%FT%TZ) commit ${LMSCALE_COMMIT:-unknown}"
   nvidia-smi --query-gpu=index,name,memory.total --format=csv 2>&1
-  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
+  echo "$torch_info"
 } >"$LOG" 2>&1
 
 # 2-GPU tests may only skip where fewer than 2 GPUs exist; with any GPU, none may skip.
-gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 ((gpus >= 1)) && export LMSCALE_REQUIRE_GPU=1
 ((gpus == 1)) && echo "note: 1 GPU, so the 2-GPU NCCL tests are deselected" | tee -a "$LOG"
 select=()

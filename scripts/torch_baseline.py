@@ -13,7 +13,7 @@ whole sweep): one config per JSON line in FILE ('-': stdin), keys as the flags a
 plus "id" and "model_context"; one JSON result line per config on stdout, flushed as each finishes,
 carrying the config's "id". A config that runs out of memory gives status "oom" and the batch goes on.
 
-    python3 scripts/torch_baseline.py --impl compile --batch configs.jsonl
+    python3 scripts/torch_baseline.py --impl compile --configs configs.jsonl
 
 The model (fp32 weights; bf16/fp16 are autocast, as in lmscale) is built once per architecture and
 reused across contexts, precisions and modes; each config gets a fresh optimizer (so AdamW state exists
@@ -273,11 +273,11 @@ class Runner:
             wall = time.perf_counter() - t0
             compiled = self.impl == "compile" and graphs_compiled() != before
             every.append(ms(m[0], m[-1]))
-            if compiled and (warm < c["warmup"] or extra < MAX_EXTRA_WARMUP):
-                compiling_walls.append(wall)
             # Warm-up: the requested steps; a step that compiled (and so also ran first-launch
             # autotuning) is never timed but counts as one more warm-up step.
             if warm < c["warmup"] or (compiled and extra < MAX_EXTRA_WARMUP):
+                if compiled:
+                    compiling_walls.append(wall)
                 if warm >= c["warmup"]:
                     extra += 1
                 warm += 1

@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 import torch
+import torch.distributed as dist
 
 __all__ = [
     "flash_attention",
@@ -79,6 +80,14 @@ def _require_extension(what):
             "(apt-get install python3-dev) and run `./lmscale build` again (its log names the cause)."
         )
     return _C
+
+
+def _require_distributed(what, how):
+    """lmscale._C, once torch.distributed is initialised; `how` says how to initialise it."""
+    C = _require_extension(what)
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"lmscale.{what}: torch.distributed is not initialised. Call {how}")
+    return C
 
 
 def flash_attention(q, k, v, is_causal=False):

@@ -5,7 +5,7 @@ often follows it is in sharded_optimizer.py."""
 import torch
 import torch.distributed as dist
 
-from . import _require_extension
+from . import _require_distributed
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -27,13 +27,11 @@ class DistributedDataParallel(torch.nn.Module):
 
     def __init__(self, module, bucket_size_mb=None, process_group=None):
         super().__init__()
-        C = _require_extension("DistributedDataParallel")
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
-                "lmscale.DistributedDataParallel: torch.distributed is not initialised. Call "
-                "torch.distributed.init_process_group('gloo' for CPU, 'nccl' for CUDA) on every rank first "
-                "(torchrun sets the RANK/WORLD_SIZE/MASTER_* variables it reads)."
-            )
+        C = _require_distributed(
+            "DistributedDataParallel",
+            "torch.distributed.init_process_group('gloo' for CPU, 'nccl' for CUDA) on every rank first "
+            "(torchrun sets the RANK/WORLD_SIZE/MASTER_* variables it reads).",
+        )
         if process_group is None:
             process_group = dist.group.WORLD
         elif process_group is dist.GroupMember.NON_GROUP_MEMBER:

@@ -14,7 +14,12 @@ statistics would change if a parameter were cut in two).
 import torch
 import torch.distributed as dist
 
-from . import _require_extension
+from . import _require_distributed
+
+
+def _hyperparameters(group):
+    """A param group without its tensors (and their names): what the local optimizer's group takes."""
+    return {key: value for key, value in group.items() if key not in ("params", "param_names")}
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
@@ -36,21 +41,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params, optimizer_cls, *, process_group=None, **kwargs):
-        C = _require_extension("ShardedOptimizer")
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
-                "lmscale.ShardedOptimizer: torch.distributed is not initialised. Call "
-                "torch.distributed.init_process_group(...) on every rank before building it."
-            )
-        self._C = C
-        self._optimizer_cls = optimizer_cls
-        self._kwargs = kwargs
+        self._C = _require_distributed(
+            "ShardedOptimizer", "torch.distributed.init_process_group(...) on every rank before building it."
+        )
         self._group = process_group if process_group is not None else dist.group.WORLD
         self._rank = dist.get_rank(self._group)
-        self._world = dist.get_world_size(self._group)
-        self._load = [0] * self._world  # bytes owned per rank, carried across add_param_group calls
-        self._params = []               # every parameter, in the order given
-        self._owners = []               # owner rank (in the group) of each
+        self._load = [0] * dist.get_world_size(self._group)  # bytes owned per rank, across add_param_group
+        self._owned_by = []  # (parameter, owner rank in the group) for every parameter, in the order given
         # optimizer_cls over this rank's parameters, with one group per group of self.param_groups
         # (empty where this rank owns nothing), so the two lists match index for index. Built once
         # all initial groups are known: some optimizers (Adagrad) set up state in __init__ only.
@@ -81,9 +78,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         group = self.param_groups[-1]
         params = group["params"]
         owners, self._load = self._C.owner_by_size([p.numel() * p.element_size() for p in params], self._load)
-        self._params += params
-        self._owners += owners
-        local = {key: value for key, value in group.items() if key not in ("params", "param_names")}
+        self._owned_by += zip(params, owners)
+        local = _hyperparameters(group)
         local["params"] = [p for p, owner in zip(params, owners) if owner == self._rank]
         if "param_names" in group:  # named parameters: keep the names of the owned ones
             local["param_names"] = [n for n, owner in zip(group["param_names"], owners) if owner == self._rank]
@@ -100,12 +96,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         # Hyperparameters changed on self.param_groups (a scheduler, a user) reach the update.
         for group, local in zip(self.param_groups, self._local.param_groups):
-            local.update({key: value for key, value in group.items() if key not in ("params", "param_names")})
+            local.update(_hyperparameters(group))
         self._local.step()
         # Every broadcast is queued before any wait, so NCCL runs them back to back.
         works = [
             dist.broadcast(p.detach(), group=self._group, group_src=owner, async_op=True)
-            for p, owner in zip(self._params, self._owners)
+            for p, owner in self._owned_by
         ]
         for work in works:
             work.wait()

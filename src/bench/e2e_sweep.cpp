@@ -116,17 +116,10 @@ std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs
   const int fd = mkstemp(path.data());
   TORCH_CHECK(fd >= 0, "cannot create a temporary file for the baseline configs in ",
               std::filesystem::temp_directory_path().string(), ": set TMPDIR to a writable folder");
-  {
-    std::string text;
-    for (size_t i = 0; i < configs.size(); ++i) text += baseline_config_line(configs[i], i).dump() + "\n";
-    size_t off = 0;
-    while (off < text.size()) {
-      const ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
-    ::close(fd);
-  }
+  ::close(fd);  // mkstemp only reserved the name
+  std::string text;
+  for (size_t i = 0; i < configs.size(); ++i) text += baseline_config_line(configs[i], i).dump() + "\n";
+  write_text(path, text);
   const std::string cmd = shell_quote(python_exe()) + " " + shell_quote(baseline_script()) + " --impl " +
                           (impl == "torch-eager" ? "eager" : "compile") + " --compile-scope " + compile_scope +
                           " --configs " + shell_quote(path) + " 2>&1";
@@ -176,10 +169,6 @@ std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs
   return out;
 }
 
-E2EResult run_torch_baseline(const E2EConfig& c, const std::string& impl) {
-  return run_torch_baselines({c}, impl).front();
-}
-
 int64_t sweep_model_context(const E2ESweep& s) {
   int64_t t = s.model_context;
   if (t <= 0)
@@ -212,6 +201,12 @@ struct SweepState {
   size_t resumed = 0;           // results taken from an earlier run (--resume)
   std::string resumed_commits;  // their commits
   bool across_runs(size_t k, size_t i) const { return run_of[0][i] != run_of[k][i]; }
+  // Where torch-compile sits among the impls (0: not compared).
+  size_t compile_index() const {
+    for (size_t k = 1; k < impls.size(); ++k)
+      if (impls[k] == "torch-compile") return k;
+    return 0;
+  }
 };
 
 std::string config_label(const E2EConfig& c) {
@@ -242,7 +237,7 @@ MarkdownTable detail_table(const SweepState& st) {
       table.add_row({c.setup.model.name, std::to_string(c.setup.context), dtype_name(c.setup.precision),
                      mode_name(c.mode), attention_backend_name(c.setup.model.attention), st.impls[k],
                      ok ? cell_ms(r.forward) : "-", ok ? cell_ms(r.backward) : "-", ok ? cell_ms(r.optimizer) : "-",
-                     ok ? cell_ms(r.total) : (r.status == "oom" ? "OOM" : "error"), ok ? fmt(r.tokens_per_s, 0) : "-",
+                     ok ? cell_ms(r.total) : status_cell(r), ok ? fmt(r.tokens_per_s, 0) : "-",
                      ok && r.mfu > 0 ? fmt(100 * r.mfu, 1) + "%" : "-",
                      ok && r.peak_bytes ? fmt_bytes(r.peak_bytes) : "-", speedup});
     }
@@ -256,9 +251,7 @@ MarkdownTable compare_table(const SweepState& st) {
   std::vector<std::string> head = {"size", "context", "precision", "mode", "attention"};
   for (const auto& impl : st.impls) head.push_back(impl + " ms");
   for (size_t k = 1; k < st.impls.size(); ++k) head.push_back("lmscale vs " + st.impls[k]);
-  size_t compile_k = 0;
-  for (size_t k = 1; k < st.impls.size(); ++k)
-    if (st.impls[k] == "torch-compile") compile_k = k;
+  const size_t compile_k = st.compile_index();
   if (compile_k) head.push_back("compile s");
   for (const auto& impl : st.impls) head.push_back(impl + " peak");
   MarkdownTable table(head);
@@ -317,15 +310,13 @@ std::string sweep_markdown(const E2ESweep& s, const SweepState& st) {
   }
   // Compile time per size (it lands in the first config of each size × precision × grad mode).
   std::vector<std::pair<std::string, double>> compile_by_size;
-  for (size_t k = 1; k < st.impls.size(); ++k) {
-    if (st.impls[k] != "torch-compile") continue;
+  if (const size_t k = st.compile_index())
     for (size_t i = 0; i < st.configs.size(); ++i) {
       if (!st.results[k][i]) continue;
       const std::string& name = st.configs[i].setup.model.name;
       if (compile_by_size.empty() || compile_by_size.back().first != name) compile_by_size.push_back({name, 0.0});
       compile_by_size.back().second += extra_number(*st.results[k][i], "compile_s");
     }
-  }
   md << "- PyTorch baselines: `scripts/torch_baseline.py`, the same architecture and step (fused AdamW, autocast, "
      << "forward under no_grad), timed the same way; per size, lmscale's configs first, then one Python process "
      << "per baseline for that size's configs (so a size's ratios come from one invocation); the model is built once per size and reused (a fresh optimizer per config)\n";
@@ -367,12 +358,16 @@ std::string config_key(const E2EConfig& c, const std::string& impl) {
   return record_key(e2e_records(c, none, impl).front());
 }
 
-// Results already in <out>/e2e.jsonl, by record_key; the latest invocation (date) wins. Lines that
-// do not parse (a run killed mid-write) are skipped.
-std::map<std::string, E2EResult> previous_results(const std::string& path,
-                                                  std::map<std::string, std::string>& commit_of,
-                                                  std::map<std::string, std::string>& date_of) {
-  std::map<std::string, E2EResult> out;
+// A result read back from e2e.jsonl, with the invocation (date) and commit that measured it.
+struct PreviousResult {
+  E2EResult result;
+  std::string date, commit;
+};
+
+// Results already in <out>/e2e.jsonl, by record_key; of several invocations the one appended last
+// (the latest) wins. Lines that do not parse (a run killed mid-write) are skipped.
+std::map<std::string, PreviousResult> previous_results(const std::string& path) {
+  std::map<std::string, PreviousResult> out;
   std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
@@ -384,9 +379,12 @@ std::map<std::string, E2EResult> previous_results(const std::string& path,
     }
     if (!j.is_object() || j.value("bench", "") != "e2e" || !j.contains("metric")) continue;
     const std::string key = record_key(j), date = j.value("date", "");
-    if (date_of.count(key) && date_of[key] != date) out.erase(key);  // a newer run of the same config
-    date_of[key] = date;
-    E2EResult& r = out[key];
+    auto it = out.find(key);
+    if (it != out.end() && it->second.date != date) out.erase(it);  // a newer run of the same config
+    PreviousResult& prev = out[key];
+    prev.date = date;
+    prev.commit = j.value("commit", "");
+    E2EResult& r = prev.result;
     r.status = j.value("status", "error");
     r.message = j.value("message", "");
     r.params = j.value("params", int64_t{0});
@@ -402,7 +400,6 @@ std::map<std::string, E2EResult> previous_results(const std::string& path,
     if (metric == "all_step_ms") r.step_ms = j.value("value", std::vector<double>{});
     for (const char* x : kBaselineExtras)
       if (j.contains(x)) r.extra[x] = j[x];
-    commit_of[key] = j.value("commit", "");
   }
   return out;
 }
@@ -423,20 +420,20 @@ std::string run_e2e_sweep(const E2ESweep& s) {
   const size_t total = st.configs.size() * st.impls.size();
   size_t done = 0;
   if (s.resume) {
-    std::map<std::string, std::string> commit_of, date_of;
     std::set<std::string> commits;
-    const auto previous = previous_results(s.out_dir + "/e2e.jsonl", commit_of, date_of);
+    const auto previous = previous_results(s.out_dir + "/e2e.jsonl");
     for (size_t k = 0; k < st.impls.size(); ++k)
       for (size_t i = 0; i < st.configs.size(); ++i) {
         const std::string key = config_key(st.configs[i], st.impls[k]);
         auto it = previous.find(key);
         // Kept: OOM cells, and ok results with their step_ms record (a run killed while appending may
         // have left less). Errors are measured again.
-        if (it != previous.end() &&
-            (it->second.status == "oom" || (it->second.status == "ok" && it->second.total.n > 0))) {
-          st.results[k][i] = it->second;
-          st.run_of[k][i] = date_of[key];
-          commits.insert(commit_of[key]);
+        if (it == previous.end()) continue;
+        const E2EResult& r = it->second.result;
+        if (r.status == "oom" || (r.status == "ok" && r.total.n > 0)) {
+          st.results[k][i] = r;
+          st.run_of[k][i] = it->second.date;
+          commits.insert(it->second.commit);
           ++done;
           ++st.resumed;
         }
@@ -453,6 +450,10 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     write_text(s.out_dir + "/e2e.md", sweep_markdown(s, st));
   };
   auto outcome = [](const E2EResult& r) { return r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status; };
+  auto finish = [&](size_t k, size_t i, const E2EResult& r) {  // after its progress line
+    if (r.status == "error") std::cerr << "    " << r.message << "\n";
+    keep(k, i, r);
+  };
   // Size by size: lmscale's configs, then each baseline's, so a time limit that cuts the sweep leaves
   // whole sizes measured in one invocation (configs are ordered size first).
   for (size_t lo = 0, hi = 0; lo < st.configs.size(); lo = hi) {
@@ -476,8 +477,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
       std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " lmscale ..." << std::flush;
       E2EResult r = run_e2e(st.configs[i]);
       std::cerr << " " << outcome(r) << "\n";
-      if (r.status == "error") std::cerr << "    " << r.message << "\n";
-      keep(0, i, r);
+      finish(0, i, r);
     }
     if (measured) lap("lmscale");
     for (size_t k = 1; k < st.impls.size(); ++k) {
@@ -505,8 +505,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
             if (extra_number(r, "compile_s") > 0.05)
               std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
             std::cerr << "\n";
-            if (r.status == "error") std::cerr << "    " << r.message << "\n";
-            keep(k, i, r);
+            finish(k, i, r);
           },
           s.compile_scope);
       lap(impl);

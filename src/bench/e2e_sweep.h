@@ -51,7 +51,5 @@ std::string run_warmup_study(const E2EConfig& config, const std::string& out_dir
 std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs, const std::string& impl,
                                            const std::function<void(size_t, const E2EResult&)>& on_result = {},
                                            const std::string& compile_scope = "blocks");
-// One config: a batch of one.
-E2EResult run_torch_baseline(const E2EConfig& config, const std::string& impl);
 
 }  // namespace lmscale

@@ -28,6 +28,12 @@ namespace {
 
 const char* kTiny = "bench --device cpu --size tiny --batch 2 --warmup 1 --steps 2 ";
 
+// The markdown a sweep wrote into dir.
+std::string sweep_table(const std::string& dir) {
+  std::ifstream f(dir + "/e2e.md");
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
 std::string python() {
   const char* p = std::getenv("LMSCALE_PYTHON");
   return p && *p ? p : "python3";
@@ -146,16 +152,16 @@ TEST(BenchCompare, EagerBaselineRunsAsOneProcessWithRecordsAndRatios) {
       EXPECT_GT(j["value"].get<double>(), 0.0);
       ok_steps[key]++;
     }
-    if (key == "torch-eager" && j["status"] == "ok")
+    if (key == "torch-eager" && j["status"] == "ok") {
       EXPECT_EQ(j["torch_attention"], "naive") << j.dump();  // the script's own fields reach the records
+    }
   }
   EXPECT_EQ(ok_steps["lmscale"], 2);
   EXPECT_EQ(ok_steps["torch-eager"], 2);
   EXPECT_EQ(oom["lmscale"], 2);
   EXPECT_EQ(oom["torch-eager"], 2);
   // Table: one row per config with both impls and the ratio; OOM stays OOM.
-  std::ifstream f(dir + "/e2e.md");
-  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string md = sweep_table(dir);
   EXPECT_NE(md.find("lmscale vs torch-eager"), std::string::npos) << md;
   EXPECT_NE(md.find("## Per phase"), std::string::npos) << md;
   EXPECT_NE(md.find("| OOM"), std::string::npos) << md;
@@ -195,8 +201,7 @@ TEST(BenchCompare, MarksRatiosAcrossInvocations) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto r = run_cli(std::string(kTiny) + "--context 16 --compare torch-eager --resume --out " + dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream f(dir + "/e2e.md");
-  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string md = sweep_table(dir);
   EXPECT_NE(md.find("× †"), std::string::npos) << md;  // lmscale from run 1, eager from run 2
   EXPECT_NE(md.find("1 ratios compare results of different invocations"), std::string::npos) << md;
 }
@@ -210,8 +215,7 @@ TEST(BenchCompare, ResumingAFinishedSweepKeepsItsRatiosUnmarked) {
   auto r = run_cli(cmd);  // measures nothing: both results come from the first invocation
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resume: 2 of 2 results"), std::string::npos) << r.output;
-  std::ifstream f(dir + "/e2e.md");
-  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string md = sweep_table(dir);
   EXPECT_NE(md.find("×"), std::string::npos) << md;
   EXPECT_EQ(md.find("†"), std::string::npos) << md;
 }
@@ -261,8 +265,7 @@ TEST(BenchCompare, ResumeMeasuresOnlyWhatIsMissing) {
     if (j["metric"] == "step_ms") step_records[j["context"].get<int64_t>()]++;
   EXPECT_EQ(step_records[16], 1);  // taken from the first run, not measured again
   EXPECT_EQ(step_records[32], 1);
-  std::ifstream f(dir + "/e2e.md");
-  std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string md = sweep_table(dir);
   EXPECT_NE(md.find("| 16 "), std::string::npos) << md;  // the table has both
   EXPECT_NE(md.find("| 32 "), std::string::npos) << md;
   EXPECT_NE(md.find("resumed (--resume): 1 results"), std::string::npos) << md;
