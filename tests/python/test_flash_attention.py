@@ -13,7 +13,10 @@ def plain_attention(q, k, v, causal):
     if causal:
         n = q.shape[-2]
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+    # logsumexp read off log_softmax at key 0 (never masked): torch.logsumexp goes through MKL's
+    # vector exp on CPU, which can be ~3e-9 off in fp64 (see src/ops/flash_reference.cpp).
+    lse = s[..., 0] - torch.log_softmax(s, -1)[..., 0]
+    return torch.softmax(s, -1) @ v, lse
 
 
 def inputs(shape_q, shape_k, dtype=torch.float64, device="cpu"):
