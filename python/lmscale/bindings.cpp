@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "dist/bucketing.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
 
@@ -38,18 +37,12 @@ dist::Group group_from_python(c10d::ProcessGroup& pg, const c10::Device& device)
   return g;
 }
 
-// The device every tensor lives on: the group reduces on one device only.
-c10::Device common_device(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers) {
-  std::optional<c10::Device> device;
-  for (const auto* list : {&params, &buffers}) {
-    for (const auto& t : *list) {
-      if (!device) device = t.device();
-      TORCH_CHECK(t.device() == *device, "lmscale.DistributedDataParallel: the module has tensors on ", *device,
-                  " and on ", t.device(), "; DDP reduces on one device per process. Move the whole module with "
-                  ".to(device) before wrapping it.");
-    }
-  }
-  return device.value_or(c10::Device(c10::kCPU));
+// The device the module lives on, which picks the group's backend. The C++ DDP checks that every
+// tensor is on it (one device per process).
+c10::Device module_device(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers) {
+  if (!params.empty()) return params.front().device();
+  if (!buffers.empty()) return buffers.front().device();
+  return c10::Device(c10::kCPU);
 }
 
 }  // namespace
@@ -67,12 +60,8 @@ PYBIND11_MODULE(_C, m) {
              // None: one all-reduce per parameter, launched by its hook as its gradient lands
              // (REFERENCE §4's default); a number: buckets of at most that many MB.
              options.strategy = bucket_size_mb ? dist::DdpStrategy::Bucketed : dist::DdpStrategy::Overlap;
-             if (bucket_size_mb) {
-               TORCH_CHECK(*bucket_size_mb >= 0, "lmscale.DistributedDataParallel: bucket_size_mb=",
-                           *bucket_size_mb, " is negative; pass a size in MB, or None for per-parameter all-reduce.");
-               options.bucket_mb = *bucket_size_mb;
-             }
-             const c10::Device device = common_device(params, buffers);
+             if (bucket_size_mb) options.bucket_mb = *bucket_size_mb;  // a negative one fails in the C++ DDP
+             const c10::Device device = module_device(params, buffers);
              return std::make_unique<dist::DistributedDataParallel>(
                  std::move(params), std::move(buffers), group_from_python(process_group, device), options);
            }),
@@ -80,15 +69,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("finish_gradient_synchronization", &dist::DistributedDataParallel::finish_gradient_synchronization,
            py::call_guard<py::gil_scoped_release>())
-      .def("zero_grad", &dist::DistributedDataParallel::zero_grad, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("bucket_assignment", &dist::DistributedDataParallel::bucket_assignment,
                              "parameter indices (after removing repeats) per bucket, in launch order")
-      .def_property_readonly("strategy",
-                             [](const dist::DistributedDataParallel& d) {
-                               return dist::ddp_strategy_name(d.options().strategy);
-                             })
-      .def_property_readonly("last_launch_order",
-                             [](const dist::DistributedDataParallel& d) { return d.last_step().launch_order; })
       .def_property_readonly(
           "last_launched_during_backward",
           [](const dist::DistributedDataParallel& d) { return d.last_step().launched_during_backward; });
@@ -102,6 +84,4 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("bytes"), py::arg("load"),
       "Owner rank per tensor (largest first, to the least-loaded rank); returns (owners, updated load).");
-
-  m.def("bucket_cap_bytes", &dist::bucket_cap_bytes, py::arg("bucket_mb"));
 }

@@ -95,6 +95,8 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
                                                  Group group, DdpOptions options)
     : group_(std::move(group)), options_(options) {
   TORCH_CHECK(group_.backend, "DDP: the group has no backend; build it with make_group().");
+  // Bad options fail here, on every rank alike, before the first collective.
+  if (options_.strategy == DdpStrategy::Bucketed) bucket_cap_bytes(options_.bucket_mb);
   // A tied weight appears once per use in a module's parameter list but has one gradient.
   std::unordered_set<const void*> seen;
   for (auto& p : params)
@@ -102,14 +104,12 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     TORCH_CHECK(p.defined(), "DDP: parameter ", i, " is an undefined tensor; pass only real parameters.");
-    TORCH_CHECK(p.device().type() == group_.device.type(), "DDP: parameter ", i, " is on ", p.device(),
-                " but the ", backend_name(group_.kind), " group reduces tensors on ", group_.device.type(),
-                ". Move the model to ", group_.device, " or use the ",
-                group_.kind == BackendKind::Gloo ? "nccl" : "gloo", " backend.");
+    check_on_group_device(p, "parameter", i);
     TORCH_CHECK(p.is_contiguous(), "DDP: parameter ", i, " of shape ", p.sizes(),
                 " is not contiguous; its gradient cannot be a view into a bucket. Call .contiguous() on it "
                 "when building the model.");
   }
+  for (size_t i = 0; i < buffers.size(); ++i) check_on_group_device(buffers[i], "buffer", i);
   comm_hook_ = allreduce_average_hook(group_);
   verify_across_ranks(buffers);
   std::vector<at::Tensor> to_broadcast = params_;
@@ -118,6 +118,18 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   build_buckets();
   if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed) register_hooks();
   reset_step();
+}
+
+// One device per process: the group's collectives run on group_.device, so a tensor elsewhere (another
+// device type, or another GPU) could be neither broadcast nor reduced.
+void DistributedDataParallel::check_on_group_device(const at::Tensor& t, const char* what, size_t i) const {
+  if (t.device() == group_.device) return;
+  TORCH_CHECK(t.device().type() == group_.device.type(), "DDP: ", what, " ", i, " is on ", t.device(), " but the ",
+              backend_name(group_.kind), " group reduces tensors on ", group_.device.type(), ". Move the model to ",
+              group_.device, " or use the ", group_.kind == BackendKind::Gloo ? "nccl" : "gloo", " backend.");
+  TORCH_CHECK(false, "DDP: ", what, " ", i, " is on ", t.device(), " but this process reduces on ", group_.device,
+              "; DDP takes one device per process. Move the whole model with .to(", group_.device,
+              ") before wrapping it.");
 }
 
 DistributedDataParallel::~DistributedDataParallel() {

@@ -95,6 +95,7 @@ class DistributedDataParallel {
     at::Tensor view;                // bucket.buffer slice, shaped like the parameter
   };
 
+  void check_on_group_device(const at::Tensor& t, const char* what, size_t i) const;
   void verify_across_ranks(const std::vector<at::Tensor>& buffers);
   void broadcast_from_rank0(const std::vector<at::Tensor>& tensors);
   void build_buckets();

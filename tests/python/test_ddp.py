@@ -123,6 +123,20 @@ def test_ddp_reports_ranks_with_different_models():
     spawn(mismatch_worker, 2)
 
 
+def bad_options_worker(rank, world_size):
+    # Both fail in the C++ DDP before its first collective, so a lone rank cannot hang on them.
+    with pytest.raises(RuntimeError, match="negative"):
+        lmscale.DistributedDataParallel(nn.Linear(2, 2), bucket_size_mb=-1)
+    model = nn.Linear(2, 2)
+    model.register_buffer("stray", torch.zeros(2, device="meta"))  # a buffer left on another device
+    with pytest.raises(RuntimeError, match="buffer 0 is on meta"):
+        lmscale.DistributedDataParallel(model)
+
+
+def test_ddp_rejects_bad_options_and_split_devices():
+    spawn(bad_options_worker, 1)
+
+
 def test_ddp_without_torch_distributed_names_the_fix():
     assert not torch.distributed.is_initialized()
     with pytest.raises(RuntimeError, match="init_process_group"):
