@@ -44,9 +44,13 @@ def title(recs, what):
     return f"{what}\n{recs[0].get('gpu', '?')} · commit {commits} · {dates[-1]}"
 
 
+def e2e_steps(folder):
+    """The newest successful step-time records of the e2e sweeps in folder."""
+    return [r for r in newest(load(folder, "e2e")) if r.get("metric") == "step_ms" and r.get("status") == "ok"]
+
+
 def plot_e2e(folder):
-    recs = [r for r in newest(load(folder, "e2e"))
-            if r.get("metric") == "step_ms" and r.get("status") == "ok" and r.get("impl", "lmscale") == "lmscale"]
+    recs = [r for r in e2e_steps(folder) if r.get("impl", "lmscale") == "lmscale"]
     if not recs:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=False)
@@ -74,8 +78,7 @@ def plot_e2e(folder):
 
 def plot_e2e_compare(folder):
     """Train step per size: lmscale, PyTorch eager and torch.compile over context (bf16 solid, fp32 dashed)."""
-    recs = [r for r in newest(load(folder, "e2e"))
-            if r.get("metric") == "step_ms" and r.get("status") == "ok" and r.get("mode") == "train-step"]
+    recs = [r for r in e2e_steps(folder) if r.get("mode") == "train-step"]
     if len({r.get("impl", "lmscale") for r in recs}) < 2:
         return None
     sizes = list(dict.fromkeys(r["size"] for r in recs))

@@ -450,6 +450,10 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     write_text(s.out_dir + "/e2e.md", sweep_markdown(s, st));
   };
   auto outcome = [](const E2EResult& r) { return r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status; };
+  auto progress = [&](size_t i, const std::string& impl) {  // counts one result and starts its line
+    ++done;
+    std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " " << impl;
+  };
   auto finish = [&](size_t k, size_t i, const E2EResult& r) {  // after its progress line
     if (r.status == "error") std::cerr << "    " << r.message << "\n";
     keep(k, i, r);
@@ -473,8 +477,8 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     for (size_t i = lo; i < hi; ++i) {
       if (st.results[0][i]) continue;
       measured = true;
-      ++done;
-      std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " lmscale ..." << std::flush;
+      progress(i, "lmscale");
+      std::cerr << " ..." << std::flush;
       E2EResult r = run_e2e(st.configs[i]);
       std::cerr << " " << outcome(r) << "\n";
       finish(0, i, r);
@@ -499,9 +503,8 @@ std::string run_e2e_sweep(const E2ESweep& s) {
           todo, impl,
           [&](size_t t, const E2EResult& r) {
             const size_t i = where[t];
-            ++done;
-            std::cerr << "[" << done << "/" << total << "] " << config_label(st.configs[i]) << " " << impl << " "
-                      << outcome(r);
+            progress(i, impl);
+            std::cerr << " " << outcome(r);
             if (extra_number(r, "compile_s") > 0.05)
               std::cerr << " (compiled in warm-up: " << fmt(extra_number(r, "compile_s"), 1) << " s)";
             std::cerr << "\n";

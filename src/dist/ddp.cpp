@@ -61,6 +61,17 @@ std::string describe_slots(const int64_t* s) {
   return os.str();
 }
 
+// Bytes per bucket for a policy: 0 gives each parameter its own, kUnlimitedBucketBytes one for all.
+int64_t bucket_cap_of(const DdpOptions& o) {
+  switch (o.strategy) {
+    case DdpStrategy::Naive:
+    case DdpStrategy::Overlap: return 0;
+    case DdpStrategy::Flat: return kUnlimitedBucketBytes;
+    case DdpStrategy::Bucketed: return bucket_cap_bytes(o.bucket_mb);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unhandled DDP strategy");
+}
+
 }  // namespace
 
 DdpStrategy parse_ddp_strategy(const std::string& name) {
@@ -96,7 +107,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
     : group_(std::move(group)), options_(options) {
   TORCH_CHECK(group_.backend, "DDP: the group has no backend; build it with make_group().");
   // Bad options fail here, on every rank alike, before the first collective.
-  if (options_.strategy == DdpStrategy::Bucketed) bucket_cap_bytes(options_.bucket_mb);
+  const int64_t cap = bucket_cap_of(options_);
   // A tied weight appears once per use in a module's parameter list but has one gradient.
   std::unordered_set<const void*> seen;
   for (auto& p : params)
@@ -115,7 +126,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   std::vector<at::Tensor> to_broadcast = params_;
   to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
   broadcast_from_rank0(to_broadcast);
-  build_buckets();
+  build_buckets(cap);
   if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed) register_hooks();
   reset_step();
 }
@@ -225,14 +236,7 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<at::Tensor>
 
 // ---------------------------------------------------------------- assignment → buffers, hooks
 
-void DistributedDataParallel::build_buckets() {
-  int64_t cap = 0;
-  switch (options_.strategy) {
-    case DdpStrategy::Naive:
-    case DdpStrategy::Overlap: cap = 0; break;
-    case DdpStrategy::Flat: cap = kUnlimitedBucketBytes; break;
-    case DdpStrategy::Bucketed: cap = bucket_cap_bytes(options_.bucket_mb); break;
-  }
+void DistributedDataParallel::build_buckets(int64_t cap) {
   std::vector<TensorInfo> infos;
   for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
   assignment_ = assign_buckets(infos, cap, /*reverse_order=*/true);

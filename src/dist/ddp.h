@@ -98,7 +98,7 @@ class DistributedDataParallel {
   void check_on_group_device(const at::Tensor& t, const char* what, size_t i) const;
   void verify_across_ranks(const std::vector<at::Tensor>& buffers);
   void broadcast_from_rank0(const std::vector<at::Tensor>& tensors);
-  void build_buckets();
+  void build_buckets(int64_t cap_bytes);
   void register_hooks();
   // Marking: called by the hook (or by finish for policies without hooks) once params_[i]'s
   // gradient is complete for this step.
