@@ -53,9 +53,12 @@ void run(const ProfileArgs& a) {
                    " Wall time includes a device sync and profiler overhead.\n\n";
   for (size_t p = 0; p < r.phases.size(); ++p) {
     const auto& ph = r.phases[p];
+    // Launches per step: what a launch-bound step pays for on the CPU, whatever each kernel takes.
+    double calls = 0;
+    for (const auto& s : ph.ops) calls += s.calls_per_step;
     Json tot = base;
     tot.update({{"phase", ph.phase}, {"metric", "phase_total_ms"}, {"value", ph.total_ms_per_step}, {"unit", "ms"},
-                {"wall_ms", r.wall_ms[p]}, {"distinct_ops", ph.ops.size()}});
+                {"wall_ms", r.wall_ms[p]}, {"distinct_ops", ph.ops.size()}, {"calls_per_step", calls}});
     records.push_back(tot);
     MarkdownTable t({"#", what, "calls/step", "ms/step", "share"});
     for (size_t i = 0; i < ph.ops.size() && i < static_cast<size_t>(a.top); ++i) {
@@ -68,7 +71,8 @@ void run(const ProfileArgs& a) {
       records.push_back(j);
     }
     md += "## " + ph.phase + ": " + fmt(ph.total_ms_per_step, 3) + " ms of " + what + " time per step (wall " +
-          fmt(r.wall_ms[p], 3) + " ms), " + std::to_string(ph.ops.size()) + " distinct, top " +
+          fmt(r.wall_ms[p], 3) + " ms), " + fmt(calls, 0) + " " + what + "s, " + std::to_string(ph.ops.size()) +
+          " distinct, top " +
           std::to_string(std::min<size_t>(a.top, ph.ops.size())) + "\n\n" + t.render() + "\n";
     if (!ph.attention.empty()) {
       MarkdownTable at({"attention part", "calls/step", "ms/step", "share of " + ph.phase});

@@ -6,6 +6,15 @@
 
 namespace lmscale {
 
+// Under autocast on x's device, x cast to the autocast dtype; x itself otherwise. For a tensor that
+// feeds several matmuls (the normed input of the Q, K, V projections; of W1 and W3): autocast would
+// cast it once per matmul, and each cast is one more kernel forward and one more backward.
+inline at::Tensor cast_for_autocast(const at::Tensor& x) {
+  const auto device = x.device().type();
+  if (!x.is_floating_point() || !at::autocast::is_autocast_enabled(device)) return x;
+  return x.to(at::autocast::get_autocast_dtype(device));
+}
+
 class AutocastScope {
  public:
   AutocastScope(c10::DeviceType device, c10::ScalarType dtype, bool enabled = true)

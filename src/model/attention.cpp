@@ -1,11 +1,11 @@
 // Multi-head self-attention with a pluggable core; see attention.h.
 #include "model/attention.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/nvtx.h"
 #include "ops/flash_attention.h"
 
@@ -27,7 +27,10 @@ torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k, co
   torch::Tensor probs;
   {
     ScopedRange r("attention/softmax");
-    probs = torch::softmax(scores, -1);
+    // The kernel works in fp32 whatever the scores' dtype. Under autocast, torch::softmax would cast
+    // the bf16 scores up and the probabilities back down for the value matmul: two more kernels
+    // forward and two backward, for the same forward result (fp32 math, rounded once to bf16).
+    probs = at::_softmax(scores, -1, /*half_to_float=*/false);
   }
   ScopedRange r("attention/value");
   return torch::matmul(probs.to(v.scalar_type()), v);
@@ -38,13 +41,9 @@ torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, con
   switch (backend) {
     case AttentionBackend::Naive: return naive_attention(q, k, v, causal);
     case AttentionBackend::Sdpa: return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
-    case AttentionBackend::Flash: {
+    case AttentionBackend::Flash:
       // Autocast does not know the lmscale op: give it one dtype, as the projections produced.
-      auto dt = at::autocast::is_autocast_enabled(q.device().type())
-                    ? at::autocast::get_autocast_dtype(q.device().type())
-                    : q.scalar_type();
-      return ops::flash_attention(q.to(dt), k.to(dt), v.to(dt), causal);
-    }
+      return ops::flash_attention(cast_for_autocast(q), cast_for_autocast(k), cast_for_autocast(v), causal);
   }
   TORCH_INTERNAL_ASSERT(false, "unhandled attention backend");
 }
@@ -63,9 +62,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads, D = C / H;
   // (B, T, C) → (B, T, H, D) → (B, H, T, D): heads split from the last dim.
   auto split = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
-  auto q = rope(split(q_proj(x)));
-  auto k = rope(split(k_proj(x)));
-  auto v = split(v_proj(x));
+  auto xc = cast_for_autocast(x);  // once for the three projections
+  auto q = rope(split(q_proj(xc)));
+  auto k = rope(split(k_proj(xc)));
+  auto v = split(v_proj(xc));
   auto o = attention_core(q, k, v, /*causal=*/true, backend);  // (B, H, T, D)
   return output_proj(o.transpose(1, 2).reshape({B, T, C}));
 }

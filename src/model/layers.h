@@ -67,13 +67,13 @@ class SwiGLUImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SwiGLU);
 
-// Rotates adjacent pairs (2k, 2k+1) of the last dim by pos·θ^(−2k/D). cos/sin tables are
-// non-persistent buffers of (max_seq, D/2), built once.
+// Rotates adjacent pairs (2k, 2k+1) of the last dim by pos·θ^(−2k/D). The table is a buffer of
+// (max_seq, D/2, 2) holding (cos, sin) of each angle, built once in fp64 and stored in fp32.
 class RotaryEmbeddingImpl : public torch::nn::Module {
  public:
   RotaryEmbeddingImpl(double theta, int64_t d_head, int64_t max_seq_len);
   torch::Tensor forward(const torch::Tensor& x);  // (B, H, T, D) → same, positions 0..T-1
-  torch::Tensor cos, sin;
+  torch::Tensor rotation;
 };
 TORCH_MODULE(RotaryEmbedding);
 
