@@ -11,9 +11,8 @@
 # E2E_TIMEOUT seconds (default 540, under a 600 s command limit) with what it measured kept; running
 # the stage again continues where it stopped (--resume).
 # E2E_WARMUP / E2E_STEPS (default 2 / 5) change the steps. The sweep goes size by size (lmscale, then
-# each baseline), and a ratio across two invocations is marked † in the table; to keep every size in
-# one call, run E2E_SIZES=small,medium (with the build), E2E_SIZES=large,xl, E2E_SIZES=2.7B (about 450 s
-# on an H100), then the stage once more with every size: it finds all results and writes the table.
+# each baseline), and a ratio across two invocations is marked † in the table. The whole table takes
+# about 24 minutes on an H100: scripts/gpu_sweep.sh runs it as one invocation across device calls.
 # Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
 # commit in every record (the GPU machine gets no .git).
 set -uo pipefail
