@@ -1,5 +1,5 @@
 """lmscale.DistributedDataParallel: an nn.Module wrapper whose gradient hooks, buckets and
-collectives are the C++ DDP of src/dist/ddp.h (lmscale._C.Reducer), handed the Python process group.
+collectives are the C++ DDP of src/distributed/ddp.h (lmscale._C.Reducer), handed the Python process group.
 Python only lists the module's parameters and buffers and forwards calls; the ShardedOptimizer that
 often follows it is in sharded_optimizer.py."""
 import torch

@@ -2,7 +2,7 @@
 the optimizer over the parameters it owns only (so it holds only their state); step() updates
 them and broadcasts each parameter from its owner.
 
-Why Python and not the C++ ShardedOptimizer of src/dist/zero.h: that class wraps libtorch's C++
+Why Python and not the C++ ShardedOptimizer of src/distributed/zero.h: that class wraps libtorch's C++
 optimizers (built by an OptimizerFactory), and a Python optimizer class such as torch.optim.AdamW
 has no C++ counterpart to hand it. What does carry over is the C++ ownership rule
 (lmscale._C.owner_by_size, the one zero.h's mode 1 uses), so both languages shard alike.

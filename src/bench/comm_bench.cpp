@@ -18,12 +18,12 @@
 #include "core/device.h"
 #include "bench/dist_records.h"
 #include "core/results.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace lmscale {
 namespace {
 
-using dist::Group;
+using distributed::Group;
 
 c10::intrusive_ptr<c10d::Work> launch(const Group& g, const std::string& op, at::Tensor& in, at::Tensor& out) {
   if (op == "all_reduce") {
@@ -34,7 +34,7 @@ c10::intrusive_ptr<c10d::Work> launch(const Group& g, const std::string& op, at:
   return g.backend->_allgather_base(out, in);  // all_gather
 }
 
-double max_over_ranks(const Group& g, double v) { return dist::max_over_ranks(g, {v})[0]; }
+double max_over_ranks(const Group& g, double v) { return distributed::max_over_ranks(g, {v})[0]; }
 
 void barrier(const Group& g) { max_over_ranks(g, 0.0); }
 
@@ -44,7 +44,7 @@ double time_ops(const Group& g, const std::string& op, at::Tensor& in, at::Tenso
   barrier(g);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
-    dist::wait(launch(g, op, in, out));
+    distributed::wait(launch(g, op, in, out));
     synchronize(g.device);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / n;
@@ -63,15 +63,15 @@ std::string run_comm_bench(const CommBenchOptions& o) {
   for (const auto& op : o.ops) bus_bandwidth_factor(op, 2);  // validate names before any rendezvous
   TORCH_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup ", o.warmup, " / --iters ", o.iters,
               " must be >= 0 / >= 1.");
-  const dist::DistEnv env = dist::env_from_environment();
-  const auto timeout = dist::collective_timeout_from_env();
-  auto store = dist::connect_store(env, timeout);
+  const distributed::DistEnv env = distributed::env_from_environment();
+  const auto timeout = distributed::collective_timeout_from_env();
+  auto store = distributed::connect_store(env, timeout);
   const bool lead = env.rank == 0;
 
   MarkdownTable table({"backend", "op", "world", "size", "time (ms)", "algbw (GB/s)", "busbw (GB/s)"});
   std::vector<Json> records;
   for (const auto& backend : o.backends) {
-    Group g = dist::make_group(dist::parse_backend(backend), store, env, timeout, "comm");
+    Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "comm");
     c10::OptionalDeviceGuard guard;
     if (g.device.is_cuda()) {
       guard.reset_device(g.device);
@@ -97,7 +97,7 @@ std::string run_comm_bench(const CommBenchOptions& o) {
         const int64_t payload = (op == "all_reduce" ? numel : chunk * g.world_size) * 4;
         if (lead) std::cerr << "[comm] " << backend << " " << op << " " << fmt_bytes(payload) << " x" << g.world_size
                             << " ..." << std::flush;
-        for (int i = 0; i < o.warmup; ++i) dist::wait(launch(g, op, in, out));
+        for (int i = 0; i < o.warmup; ++i) distributed::wait(launch(g, op, in, out));
         synchronize(g.device);
         // One probe collective sizes the timed run so slow cells (Gloo at 1 GB) stay short.
         double probe = max_over_ranks(g, time_ops(g, op, in, out, 1));

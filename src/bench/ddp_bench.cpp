@@ -20,14 +20,14 @@
 #include <cmath>
 #include <iostream>
 
-#include "bench/training_step.h"
+#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "bench/dist_records.h"
 #include "core/results.h"
 #include "core/timer.h"
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 
 namespace lmscale {
 
@@ -36,8 +36,8 @@ double best_bucket_bytes(double s, double w, double o) { return std::sqrt(s * w 
 
 namespace {
 
-using dist::DistributedDataParallel;
-using dist::Group;
+using distributed::DistributedDataParallel;
+using distributed::Group;
 
 struct Timing {
   double step_ms = 0, fwd_bwd_ms = 0, exposed_ms = 0, optimizer_ms = 0;
@@ -86,7 +86,7 @@ Timing time_steps(TrainingStep& ts, DistributedDataParallel* ddp, const Group& g
     sums[3] += clock.ms(2, 3);
   }
   for (auto& s : sums) s /= steps;
-  auto m = dist::max_over_ranks(g, sums);
+  auto m = distributed::max_over_ranks(g, sums);
   return {m[0], m[1], m[2], m[3]};
 }
 
@@ -94,14 +94,14 @@ Timing time_steps(TrainingStep& ts, DistributedDataParallel* ddp, const Group& g
 double allreduce_seconds(const Group& g, int64_t bytes, int iters) {
   at::Tensor t = at::full({std::max<int64_t>(bytes / 4, 1)}, 1.0f, at::TensorOptions().device(g.device));
   std::vector<at::Tensor> tv{t};
-  for (int i = 0; i < 3; ++i) dist::wait(g.backend->allreduce(tv));
+  for (int i = 0; i < 3; ++i) distributed::wait(g.backend->allreduce(tv));
   synchronize(g.device);
-  dist::max_over_ranks(g, {0.0});
+  distributed::max_over_ranks(g, {0.0});
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) dist::wait(g.backend->allreduce(tv));
+  for (int i = 0; i < iters; ++i) distributed::wait(g.backend->allreduce(tv));
   synchronize(g.device);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
-  return dist::max_over_ranks(g, {s})[0];
+  return distributed::max_over_ranks(g, {s})[0];
 }
 
 struct Config {
@@ -120,18 +120,18 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
       configs.push_back({impl});
       continue;
     }
-    auto strategy = dist::parse_ddp_strategy(impl);  // validates the name
-    if (strategy == dist::DdpStrategy::Bucketed)
+    auto strategy = distributed::parse_ddp_strategy(impl);  // validates the name
+    if (strategy == distributed::DdpStrategy::Bucketed)
       for (double mb : o.bucket_mb) configs.push_back({"bucketed", mb});
     else
-      configs.push_back({dist::ddp_strategy_name(strategy)});
+      configs.push_back({distributed::ddp_strategy_name(strategy)});
   }
-  const dist::DistEnv env = dist::env_from_environment();
-  const auto timeout = dist::collective_timeout_from_env();
-  auto store = dist::connect_store(env, timeout);
+  const distributed::DistEnv env = distributed::env_from_environment();
+  const auto timeout = distributed::collective_timeout_from_env();
+  auto store = distributed::connect_store(env, timeout);
   std::string backend = o.backend;
   if (backend == "auto") backend = torch::cuda::is_available() ? "nccl" : "gloo";
-  Group g = dist::make_group(dist::parse_backend(backend), store, env, timeout, "ddp");
+  Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "ddp");
   c10::OptionalDeviceGuard guard;
   if (g.device.is_cuda()) guard.reset_device(g.device);
   const bool lead = g.rank == 0;
@@ -177,8 +177,8 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
       bool oom = false;
       try {
         if (c.impl != "single") {
-          dist::DdpOptions opts;
-          opts.strategy = dist::parse_ddp_strategy(c.impl);
+          distributed::DdpOptions opts;
+          opts.strategy = distributed::parse_ddp_strategy(c.impl);
           opts.bucket_mb = c.bucket_mb;
           ddp = std::make_unique<DistributedDataParallel>(params, buffers, g, opts);
           n_b = static_cast<int64_t>(ddp->bucket_assignment().size());

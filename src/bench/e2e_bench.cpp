@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "bench/cuda_graph_step.h"
+#include "train/cuda_graph_step.h"
 #include "core/device.h"
 #include "core/error.h"
 

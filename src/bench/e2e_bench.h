@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/training_step.h"
+#include "train/training_step.h"
 #include "core/results.h"
 #include "core/stats.h"
 

@@ -8,20 +8,20 @@
 
 #include <iostream>
 
-#include "bench/training_step.h"
+#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "bench/dist_records.h"
 #include "core/results.h"
 #include "core/timer.h"
-#include "dist/ddp.h"
-#include "dist/zero.h"
+#include "distributed/ddp.h"
+#include "distributed/zero.h"
 
 namespace lmscale {
 namespace {
 
-using dist::Group;
+using distributed::Group;
 
 struct Measured {
   double init = 0, before_step = 0, after_step = 0, peak = 0;  // bytes, slowest (largest) rank
@@ -63,17 +63,17 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   m.params = double(tensor_bytes(params));
 
   auto adamw = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
-  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
   std::unique_ptr<torch::optim::AdamW> plain;
-  std::unique_ptr<dist::ShardedOptimizer> sharded;
+  std::unique_ptr<distributed::ShardedOptimizer> sharded;
   if (impl == "unsharded" || impl == "zero1-broadcast")
-    ddp = std::make_unique<dist::DistributedDataParallel>(params, ts.model()->buffers(), g);
+    ddp = std::make_unique<distributed::DistributedDataParallel>(params, ts.model()->buffers(), g);
   if (impl == "unsharded") {
     plain = std::make_unique<torch::optim::AdamW>(params, adamw);
   } else {
-    auto mode = impl == "zero1-broadcast" ? dist::ZeroMode::BroadcastOwners : dist::ZeroMode::ReduceScatter;
-    sharded = std::make_unique<dist::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
-                                                       dist::adamw_factory(adamw), g, mode);
+    auto mode = impl == "zero1-broadcast" ? distributed::ZeroMode::BroadcastOwners : distributed::ZeroMode::ReduceScatter;
+    sharded = std::make_unique<distributed::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
+                                                       distributed::adamw_factory(adamw), g, mode);
   }
   StepClock clock(dev);
   double total_ms = 0;
@@ -104,11 +104,11 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   std::vector<at::Tensor> grads;
   for (auto& p : params) grads.push_back(p.grad());
   m.grads = double(tensor_bytes(grads));
-  if (sharded && sharded->mode() == dist::ZeroMode::ReduceScatter)
+  if (sharded && sharded->mode() == distributed::ZeroMode::ReduceScatter)
     for (auto& grp : sharded->local().param_groups())
       for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
   m.state = double(plain ? adamw_state_bytes(*plain) : sharded->state_bytes());
-  auto mx = dist::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
+  auto mx = distributed::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
   Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7]};
   ts.optimizer().zero_grad();
   return r;
@@ -120,11 +120,11 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   for (const auto& impl : o.impls)
     TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter", "--impls '",
                 impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter.");
-  const dist::DistEnv env = dist::env_from_environment();
-  const auto timeout = dist::collective_timeout_from_env();
-  auto store = dist::connect_store(env, timeout);
+  const distributed::DistEnv env = distributed::env_from_environment();
+  const auto timeout = distributed::collective_timeout_from_env();
+  auto store = distributed::connect_store(env, timeout);
   std::string backend = o.backend == "auto" ? (torch::cuda::is_available() ? "nccl" : "gloo") : o.backend;
-  Group g = dist::make_group(dist::parse_backend(backend), store, env, timeout, "zero");
+  Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "zero");
   c10::OptionalDeviceGuard guard;
   if (g.device.is_cuda()) {
     guard.reset_device(g.device);

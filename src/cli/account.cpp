@@ -5,11 +5,11 @@
 #include "cli/registry.h"
 #include "bench/dist_records.h"
 #include "core/results.h"
-#include "dist/accounting.h"
+#include "distributed/accounting.h"
 
 LMSCALE_SUBCOMMAND("", "account", "parallelism accounting: FP32 state vs BF16 activations, FSDP fit, FSDPxTP compute bound", [](CLI::App& app) {
   struct Args {
-    lmscale::dist::AccountingInputs in;
+    lmscale::distributed::AccountingInputs in;
     std::string out = "results";
   };
   auto a = std::make_shared<Args>();
@@ -31,7 +31,7 @@ LMSCALE_SUBCOMMAND("", "account", "parallelism accounting: FP32 state vs BF16 ac
     using lmscale::fmt;
     using lmscale::fmt_bytes;
     const auto& in = a->in;
-    const auto r = lmscale::dist::account(in);
+    const auto r = lmscale::distributed::account(in);
     lmscale::MarkdownTable t({"quantity", "value", "how"});
     t.add_row({"parameters", fmt(r.params / 1e9, 2) + " B", "2·D·F·blocks"});
     t.add_row({"FP32 weights", fmt_bytes(r.weights_fp32), "4 B/param"});

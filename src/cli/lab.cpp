@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "bench/lab_precision.h"
+#include "profile/lab_precision.h"
 #include "cli/registry.h"
 #include "core/device.h"
 #include "core/results.h"

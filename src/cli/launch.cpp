@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "cli/registry.h"
-#include "dist/launcher.h"
+#include "distributed/launcher.h"
 
 namespace {
 
@@ -23,7 +23,7 @@ std::string self_executable() {
 LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-style env, fail-fast)",
                    [](CLI::App& app) {
   struct Args {
-    lmscale::dist::LaunchOptions opts;
+    lmscale::distributed::LaunchOptions opts;
     std::string program;
     std::vector<std::string> command;
   };
@@ -41,7 +41,7 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
   app.callback([a] {
     std::vector<std::string> argv = a->command;
     argv.insert(argv.begin(), a->program.empty() ? self_executable() : a->program);
-    int rc = lmscale::dist::launch_local(argv, a->opts, std::cout, std::cerr);
+    int rc = lmscale::distributed::launch_local(argv, a->opts, std::cout, std::cerr);
     if (rc != 0) std::exit(rc);
   });
 });

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "bench/memory_run.h"
+#include "profile/memory_run.h"
 #include "cli/registry.h"
 #include "core/device.h"
 #include "core/error.h"

@@ -3,7 +3,7 @@
 // <out>/profile.md and optionally a Perfetto trace. The measuring is bench/profile_run.
 #include <iostream>
 
-#include "bench/profile_run.h"
+#include "profile/profile_run.h"
 #include "cli/registry.h"
 #include "core/device.h"
 #include "core/results.h"

@@ -1,0 +1,362 @@
+// DistributedDataParallel: verification and broadcast at construction, bucket buffers with
+// gradients as views into them, post-accumulate-grad hooks that mark readiness, in-order bucket
+// launch, and finish (wait, then reset for the next step).
+//
+// Note [DDP policies]
+// All four strategies run the same code: assignment (assign_buckets with a cap), marking
+// (mark_variable_ready decrements the bucket's pending count; buckets launch strictly in index
+// order, so every rank issues the same sequence of collectives) and communication (comm_hook_).
+// They differ in two knobs only:
+//   strategy   cap                 who marks
+//   naive      0 (one param each)  finish, after backward
+//   flat       unlimited           finish, after backward
+//   overlap    0 (one param each)  the post-accumulate-grad hook, during backward
+//   bucketed   bucket_mb           the post-accumulate-grad hook, during backward
+// Gradients are views into the bucket buffers (PyTorch's gradient_as_bucket_view), so after
+// zero_grad() backward accumulates straight into the buffer and no copy happens. If something set
+// .grad to a fresh tensor (an optimizer's zero_grad with set_to_none), marking copies it into the
+// bucket once and re-points .grad at the view.
+#include "distributed/ddp.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <sstream>
+#include <unordered_set>
+
+#include "distributed/flat_view.h"
+
+namespace lmscale::distributed {
+namespace {
+
+// The post-hook on a parameter's AccumulateGrad node: runs after the gradient was accumulated into
+// .grad, once per backward even for a tensor used several times (the engine sums its inputs first),
+// which is what makes tied weights reduce once, after all their contributions.
+class MarkReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit MarkReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+constexpr int64_t kMaxDims = 8;
+constexpr int64_t kSlotsPerTensor = 3 + kMaxDims;  // kind (0 frozen, 1 trainable, 2 buffer), dtype, ndim, dims
+
+std::string describe_slots(const int64_t* s) {
+  std::ostringstream os;
+  const char* kinds[] = {"frozen parameter", "parameter", "buffer"};
+  os << (s[0] >= 0 && s[0] <= 2 ? kinds[s[0]] : "?") << " "
+     << c10::toString(static_cast<c10::ScalarType>(s[1])) << " [";
+  for (int64_t d = 0; d < s[2] && d < kMaxDims; ++d) os << (d ? ", " : "") << s[3 + d];
+  os << "]";
+  return os.str();
+}
+
+// Bytes per bucket for a policy: 0 gives each parameter its own, kUnlimitedBucketBytes one for all.
+int64_t bucket_cap_of(const DdpOptions& o) {
+  switch (o.strategy) {
+    case DdpStrategy::Naive:
+    case DdpStrategy::Overlap: return 0;
+    case DdpStrategy::Flat: return kUnlimitedBucketBytes;
+    case DdpStrategy::Bucketed: return bucket_cap_bytes(o.bucket_mb);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unhandled DDP strategy");
+}
+
+}  // namespace
+
+DdpStrategy parse_ddp_strategy(const std::string& name) {
+  if (name == "naive") return DdpStrategy::Naive;
+  if (name == "flat") return DdpStrategy::Flat;
+  if (name == "overlap" || name == "overlapped") return DdpStrategy::Overlap;
+  if (name == "bucketed" || name == "bucket") return DdpStrategy::Bucketed;
+  TORCH_CHECK(false, "DDP strategy '", name, "' is unknown; choose naive, flat, overlap or bucketed.");
+  return DdpStrategy::Bucketed;
+}
+
+std::string ddp_strategy_name(DdpStrategy s) {
+  switch (s) {
+    case DdpStrategy::Naive: return "naive";
+    case DdpStrategy::Flat: return "flat";
+    case DdpStrategy::Overlap: return "overlap";
+    case DdpStrategy::Bucketed: return "bucketed";
+  }
+  return "?";
+}
+
+CommHook allreduce_average_hook(const Group& group) {
+  return [backend = group.backend, world = group.world_size](GradBucket& bucket) {
+    // Divide first (as PyTorch DDP does): the sum of pre-divided gradients stays in range in fp16/bf16.
+    bucket.buffer.div_(world);
+    std::vector<at::Tensor> tensors{bucket.buffer};
+    return backend->allreduce(tensors, c10d::AllreduceOptions{});
+  };
+}
+
+DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers,
+                                                 Group group, DdpOptions options)
+    : group_(std::move(group)), options_(options) {
+  TORCH_CHECK(group_.backend, "DDP: the group has no backend; build it with make_group().");
+  // Bad options fail here, on every rank alike, before the first collective.
+  const int64_t cap = bucket_cap_of(options_);
+  // A tied weight appears once per use in a module's parameter list but has one gradient.
+  std::unordered_set<const void*> seen;
+  for (auto& p : params)
+    if (seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    TORCH_CHECK(p.defined(), "DDP: parameter ", i, " is an undefined tensor; pass only real parameters.");
+    check_on_group_device(p, "parameter", i);
+    TORCH_CHECK(p.is_contiguous(), "DDP: parameter ", i, " of shape ", p.sizes(),
+                " is not contiguous; its gradient cannot be a view into a bucket. Call .contiguous() on it "
+                "when building the model.");
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) check_on_group_device(buffers[i], "buffer", i);
+  comm_hook_ = allreduce_average_hook(group_);
+  verify_across_ranks(buffers);
+  std::vector<at::Tensor> to_broadcast = params_;
+  to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
+  broadcast_from_rank0(to_broadcast);
+  build_buckets(cap);
+  if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed) register_hooks();
+  reset_step();
+}
+
+// One device per process: the group's collectives run on group_.device, so a tensor elsewhere (another
+// device type, or another GPU) could be neither broadcast nor reduced.
+void DistributedDataParallel::check_on_group_device(const at::Tensor& t, const char* what, size_t i) const {
+  if (t.device() == group_.device) return;
+  TORCH_CHECK(t.device().type() == group_.device.type(), "DDP: ", what, " ", i, " is on ", t.device(), " but the ",
+              backend_name(group_.kind), " group reduces tensors on ", group_.device.type(), ". Move the model to ",
+              group_.device, " or use the ", group_.kind == BackendKind::Gloo ? "nccl" : "gloo", " backend.");
+  TORCH_CHECK(false, "DDP: ", what, " ", i, " is on ", t.device(), " but this process reduces on ", group_.device,
+              "; DDP takes one device per process. Move the whole model with .to(", group_.device,
+              ") before wrapping it.");
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& [node, key] : hooks_) node->del_post_hook(key);
+  for (auto& b : buckets_) {
+    if (!b.work) continue;
+    try {
+      b.work->wait();
+    } catch (...) {
+      // A failed collective was already reported by finish (or the process is going down).
+    }
+  }
+}
+
+// ---------------------------------------------------------------- agree before communicating
+
+void DistributedDataParallel::verify_across_ranks(const std::vector<at::Tensor>& buffers) {
+  std::vector<int64_t> sig{static_cast<int64_t>(params_.size()), static_cast<int64_t>(buffers.size())};
+  auto add = [&](const at::Tensor& t, int64_t kind, size_t i) {
+    TORCH_CHECK(t.dim() <= kMaxDims, "DDP: ", kind == 2 ? "buffer " : "parameter ", i, " has ", t.dim(),
+                " dims; at most ", kMaxDims, " are supported. Reshape it.");
+    sig.push_back(kind);
+    sig.push_back(static_cast<int64_t>(t.scalar_type()));
+    sig.push_back(t.dim());
+    for (int64_t d = 0; d < kMaxDims; ++d) sig.push_back(d < t.dim() ? t.size(d) : -1);
+  };
+  for (size_t i = 0; i < params_.size(); ++i) add(params_[i], params_[i].requires_grad() ? 1 : 0, i);
+  for (size_t i = 0; i < buffers.size(); ++i) add(buffers[i], 2, i);
+
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(group_.device);
+  // Ranks may have different counts: agree on the longest signature first, pad the rest.
+  at::Tensor len = at::full({1}, static_cast<int64_t>(sig.size()), opts);
+  std::vector<at::Tensor> lv{len};
+  c10d::AllreduceOptions max_op;
+  max_op.reduceOp = c10d::ReduceOp::MAX;
+  wait(group_.backend->allreduce(lv, max_op));
+  const int64_t max_len = len.cpu().item<int64_t>();
+  std::vector<int64_t> padded = sig;
+  padded.resize(static_cast<size_t>(max_len), -7);
+  std::vector<at::Tensor> in{at::tensor(padded, at::kLong).to(group_.device)};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < group_.world_size; ++r) out[0].push_back(at::empty({max_len}, opts));
+  wait(group_.backend->allgather(out, in));
+
+  const at::Tensor ref = out[0][0].cpu();
+  const int64_t* a = ref.data_ptr<int64_t>();
+  for (int r = 1; r < group_.world_size; ++r) {
+    const at::Tensor other = out[0][r].cpu();
+    const int64_t* b = other.data_ptr<int64_t>();
+    TORCH_CHECK(a[0] == b[0] && a[1] == b[1], "DDP: rank 0 passes ", a[0], " parameters and ", a[1],
+                " buffers but rank ", r, " passes ", b[0], " and ", b[1],
+                " (this is rank ", group_.rank, "). Every rank must wrap the same model: check the model "
+                "config and that no rank adds or freezes parameters conditionally.");
+    for (int64_t s = 2; s < max_len; ++s) {
+      if (a[s] == b[s]) continue;
+      const int64_t t = (s - 2) / kSlotsPerTensor;
+      const bool is_param = t < a[0];
+      const int64_t* sa = a + 2 + t * kSlotsPerTensor;
+      const int64_t* sb = b + 2 + t * kSlotsPerTensor;
+      TORCH_CHECK(false, "DDP: rank ", r, " disagrees with rank 0 on ", is_param ? "parameter " : "buffer ",
+                  is_param ? t : t - a[0], ": rank 0 has a ", describe_slots(sa), ", rank ", r, " has a ",
+                  describe_slots(sb), " (this is rank ", group_.rank, "). Every rank must build the same model "
+                  "(same config and parameter order, same requires_grad flags) before wrapping it.");
+    }
+  }
+}
+
+void DistributedDataParallel::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) {
+  c10::NoGradGuard no_grad;
+  // Chunks of up to 64 MB: few collectives for many small tensors, bounded extra memory for big ones.
+  std::vector<TensorInfo> infos;
+  for (auto& t : tensors) infos.push_back({t.numel(), t.scalar_type(), t.device(), true});
+  c10d::BroadcastOptions root0;
+  root0.rootRank = 0;
+  for (const auto& chunk : assign_buckets(infos, 64LL << 20, /*reverse_order=*/false)) {
+    if (chunk.size() == 1 && tensors[chunk[0]].is_contiguous()) {
+      std::vector<at::Tensor> one{tensors[chunk[0]]};
+      wait(group_.backend->broadcast(one, root0));
+      continue;
+    }
+    std::vector<at::Tensor> flat_parts;
+    for (size_t i : chunk) flat_parts.push_back(tensors[i].reshape({-1}));
+    std::vector<at::Tensor> flat{at::cat(flat_parts)};
+    wait(group_.backend->broadcast(flat, root0));
+    int64_t offset = 0;
+    for (size_t i : chunk) {
+      const at::Tensor& t = tensors[i];
+      t.copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- assignment → buffers, hooks
+
+void DistributedDataParallel::build_buckets(int64_t cap) {
+  std::vector<TensorInfo> infos;
+  for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
+  assignment_ = assign_buckets(infos, cap, /*reverse_order=*/true);
+  slots_.assign(params_.size(), Slot{});
+  buckets_.clear();
+  for (size_t b = 0; b < assignment_.size(); ++b) {
+    Bucket bucket;
+    bucket.variables = assignment_[b];
+    int64_t total = 0;
+    for (size_t i : bucket.variables) {
+      bucket.offsets.push_back(total);
+      bucket.lengths.push_back(params_[i].numel());
+      total += params_[i].numel();
+    }
+    const auto& first = params_[bucket.variables.front()];
+    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    for (size_t k = 0; k < bucket.variables.size(); ++k) {
+      const size_t i = bucket.variables[k];
+      slots_[i].bucket = b;
+      slots_[i].view = flat_view(bucket.buffer, bucket.offsets[k], params_[i].sizes());
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+void DistributedDataParallel::register_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].requires_grad()) continue;
+    // The parameter holds its AccumulateGrad node only weakly: keeping the shared_ptr here keeps the
+    // node (and our hook on it) alive across iterations, as PyTorch's Reducer does.
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    TORCH_INTERNAL_ASSERT(acc, "parameter ", i, " requires grad but has no grad accumulator");
+    uintptr_t key = acc->add_post_hook(std::make_unique<MarkReadyHook>([this, i] { mark_variable_ready(i); }));
+    hooks_.emplace_back(std::move(acc), key);
+  }
+}
+
+// ---------------------------------------------------------------- marking
+
+void DistributedDataParallel::mark_variable_ready(size_t i) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!ready_[i], "DDP (rank ", group_.rank, "): parameter ", i, " of shape ", params_[i].sizes(),
+              " received its gradient twice in one step. Likely causes: backward ran twice before "
+              "finish_gradient_synchronization() (call finish after every backward), or the parameter is "
+              "used inside a reentrant checkpoint.");
+  ready_[i] = true;
+  c10::NoGradGuard no_grad;
+  Slot& slot = slots_[i];
+  at::Tensor& grad = params_[i].mutable_grad();
+  if (!grad.defined()) {
+    // Unused on this rank in this step: contributes zero, but the bucket still joins the collective
+    // so that every rank issues the same sequence.
+    slot.view.zero_();
+  } else if (!(grad.is_alias_of(slot.view) && grad.data_ptr() == slot.view.data_ptr())) {
+    slot.view.copy_(grad);
+  }
+  grad = slot.view;
+  Bucket& bucket = buckets_[slot.bucket];
+  TORCH_INTERNAL_ASSERT(bucket.pending > 0, "bucket ", slot.bucket, " has no pending gradients left");
+  if (--bucket.pending == 0) launch_ready_buckets_in_order();
+}
+
+void DistributedDataParallel::launch_ready_buckets_in_order() {
+  // A bucket whose gradients are ready waits for every earlier bucket: all ranks then launch the
+  // same collectives in the same order even if their backward passes finish buckets differently.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_];
+    GradBucket handoff;
+    handoff.index = next_bucket_;
+    handoff.buffer = b.buffer;
+    handoff.offsets = b.offsets;
+    handoff.lengths = b.lengths;
+    for (size_t i : b.variables) handoff.params.push_back(params_[i]);
+    b.work = comm_hook_(handoff);
+    TORCH_CHECK(b.work, "DDP: the comm hook returned no work handle for bucket ", next_bucket_,
+                "; a hook must return the Work of the collective it started.");
+    step_.launch_order.push_back(next_bucket_);
+    if (!in_finish_) ++step_.launched_during_backward;
+    ++next_bucket_;
+  }
+}
+
+// ---------------------------------------------------------------- finish
+
+void DistributedDataParallel::finish_gradient_synchronization() {
+  in_finish_ = true;
+  // Policies without hooks mark everything now; with hooks, only parameters that got no gradient
+  // in this backward are still unmarked.
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].requires_grad() && !ready_[i]) mark_variable_ready(i);
+  TORCH_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "only ", next_bucket_, " of ", buckets_.size(),
+                        " buckets launched after marking every parameter");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    try {
+      wait(buckets_[b].work);
+    } catch (const std::exception& e) {
+      in_finish_ = false;
+      TORCH_CHECK(false, "DDP (rank ", group_.rank, "): all-reduce of bucket ", b, " (", buckets_[b].variables.size(),
+                  " parameters) failed: ", e.what(), "\nLikely causes: another rank died or timed out, or ranks "
+                  "ran different numbers of backward passes.");
+    }
+    buckets_[b].work.reset();
+  }
+  in_finish_ = false;
+  reset_step();
+}
+
+void DistributedDataParallel::zero_grad() {
+  c10::NoGradGuard no_grad;
+  for (auto& b : buckets_) b.buffer.zero_();
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].requires_grad()) params_[i].mutable_grad() = slots_[i].view;
+}
+
+void DistributedDataParallel::reset_step() {
+  ready_.assign(params_.size(), false);
+  for (auto& b : buckets_) b.pending = b.variables.size();
+  next_bucket_ = 0;
+  last_step_ = std::move(step_);
+  step_ = DdpStepStats{};
+}
+
+}  // namespace lmscale::distributed

@@ -1,0 +1,33 @@
+// Local launcher: runs one command as N ranks on this machine (fork/exec, torchrun's environment
+// variables per rank), prefixes every output line with its rank, and fails fast: when one rank
+// exits non-zero the others are stopped and the first failure is returned. Rendezvous itself is
+// process_group.h's job (the ranks meet through the TCPStore at MASTER_ADDR:MASTER_PORT).
+#pragma once
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace lmscale::distributed {
+
+struct LaunchOptions {
+  int nproc = 2;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;          // 0: pick a free port on this machine
+  double grace_seconds = 3.0;   // after a failure: SIGTERM to the rest, SIGKILL this much later
+  double timeout_seconds = 0;   // whole run; 0 = no limit. Exceeding it stops every rank (exit 124)
+  std::map<std::string, std::string> extra_env;  // set in every rank, after the rank variables
+};
+
+// Called by `lmscale launch` and by the multi-process tests. argv[0] is looked up in PATH when it
+// has no '/'. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT. Rank output goes to `out` (stdout lines) and `err` (stderr lines), prefixed
+// "[rank r] ". Returns 0 when every rank exits 0; otherwise the exit code of the first rank that
+// failed (128 + signal if it was killed), after a one-line summary on `err`.
+int launch_local(const std::vector<std::string>& argv, const LaunchOptions& options, std::ostream& out,
+                 std::ostream& err);
+
+// A TCP port that was free a moment ago on `addr` (bind to port 0, read it back, close).
+int pick_free_port(const std::string& addr = "127.0.0.1");
+
+}  // namespace lmscale::distributed

@@ -1,0 +1,69 @@
+// Rendezvous and process groups: reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT), meets the other ranks through a c10d TCPStore, and builds a Gloo (CPU
+// tensors) or NCCL (CUDA tensors) backend with a collective timeout. Spawning ranks is launcher.h's job.
+#pragma once
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace lmscale::distributed {
+
+// Collectives that do not finish within this time raise instead of hanging (a dead peer, or ranks
+// that disagree on the sequence of collectives). LMSCALE_DIST_TIMEOUT_S overrides it.
+constexpr std::chrono::seconds kDefaultCollectiveTimeout{300};
+std::chrono::milliseconds collective_timeout_from_env();
+
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Reads the torchrun variables. With none set, a single-process world (rank 0 of 1) is returned, so
+// every distributed subcommand also runs alone. Partial or inconsistent settings throw, naming the
+// variable, its value and the fix.
+DistEnv env_from_environment();
+
+enum class BackendKind { Gloo, Nccl };
+// "gloo" | "nccl"; throws listing them otherwise.
+BackendKind parse_backend(const std::string& name);
+std::string backend_name(BackendKind kind);
+
+// One rank's view of a group: the c10d backend plus the device its tensors must live on (CPU for
+// Gloo, cuda:LOCAL_RANK for NCCL).
+struct Group {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  BackendKind kind = BackendKind::Gloo;
+  int rank = 0;
+  int world_size = 1;
+  c10::Device device = c10::Device("cpu");
+};
+
+// The TCPStore every group of this process shares: rank 0 serves it at MASTER_ADDR:MASTER_PORT, the
+// others connect (waiting up to `timeout` for rank 0 to appear).
+c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout);
+
+// Builds one backend over `store`, under a key prefix `name` so that several groups (Gloo and NCCL in
+// one benchmark) can share the store. Every rank must call this with the same name and kind.
+Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                 std::chrono::milliseconds timeout, const std::string& name = "default");
+
+// Built in process_group_nccl.cpp (the only file that includes the NCCL headers); throws on a
+// build without CUDA.
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, std::chrono::milliseconds timeout);
+
+// Element-wise maximum over ranks (one small all-reduce on the group's device). Used to report
+// the slowest rank's timings; also works as a barrier.
+std::vector<double> max_over_ranks(const Group& group, std::vector<double> values);
+
+// Blocks until the collective finished; a failure (timeout, dead peer) throws with the group named.
+void wait(const c10::intrusive_ptr<c10d::Work>& work);
+
+}  // namespace lmscale::distributed

@@ -1,0 +1,74 @@
+// One training step of the Transformer LM, shared by every harness that runs the model (bench,
+// profile, memory, dist benchmarks): builds the model, optimizer and a random batch on a device,
+// and runs forward | forward+backward | full step, with phases wrapped in named ranges
+// ("forward", "backward", "optimizer") and, when a clock is given, marked for timing.
+#pragma once
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+
+#include "core/timer.h"
+#include "train/adamw.h"
+#include "model/config.h"
+#include "model/transformer.h"
+
+namespace lmscale {
+
+enum class BenchMode { Forward, ForwardBackward, TrainStep };
+// forward | forward-backward | train-step (a few aliases accepted); throws listing them otherwise.
+BenchMode parse_mode(const std::string& name);
+std::string mode_name(BenchMode m);
+
+struct StepSetup {
+  ModelConfig model = model_config("tiny");
+  int64_t batch = 4;
+  int64_t context = 128;
+  c10::ScalarType precision = c10::kFloat;  // fp32, or bf16/fp16 = autocast with fp32 weights
+  c10::Device device = c10::Device("cpu");
+  AdamWOptions adamw;
+  uint64_t seed = 0;
+};
+
+// Checks a setup before anything is allocated; each failure names the flag and the fix.
+void validate(const StepSetup& s);
+
+class TrainingStep {
+ public:
+  explicit TrainingStep(const StepSetup& setup);
+
+  // Runs one step. Forward mode runs without autograd (no activations kept). With a clock, marks
+  // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
+  // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
+  // keep_grads is true (CUDA-graph capture needs gradients at fixed addresses).
+  void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
+
+  // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
+  // DDP's finish call). Same ranges and autocast as run(). forward(Forward) runs without autograd;
+  // backward() needs a forward in another mode first.
+  void forward(BenchMode mode);
+  void backward();
+  void optimizer_step(bool keep_grads = false);
+
+  // Model FLOPs of one step in this mode (matmuls incl. attention, PaLM convention: backward = 2×
+  // forward, causal attention counted in full). Used for MFU.
+  double flops(BenchMode mode) const;
+  int64_t tokens() const { return setup_.batch * setup_.context; }
+
+  const StepSetup& setup() const { return setup_; }
+  TransformerLM& model() { return model_; }
+  FusedAdamW& optimizer() { return *optimizer_; }
+  const torch::Tensor& inputs() const { return inputs_; }
+  const torch::Tensor& targets() const { return targets_; }
+  // Loss of the last step (a device tensor; reading it synchronizes).
+  const torch::Tensor& last_loss() const { return loss_; }
+
+ private:
+  StepSetup setup_;
+  TransformerLM model_{nullptr};
+  std::unique_ptr<FusedAdamW> optimizer_;
+  torch::Tensor inputs_, targets_, loss_;
+};
+
+}  // namespace lmscale
