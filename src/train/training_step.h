@@ -29,6 +29,10 @@ struct StepSetup {
   c10::Device device = c10::Device("cpu");
   AdamWOptions adamw;
   uint64_t seed = 0;
+  // The fast path (docs/spec.md §2 and issue 16): fused kernels on CUDA (`--no-fused` turns them
+  // off for ablation) and AdamW run per parameter as soon as its gradient is final.
+  bool fused = true;
+  bool optimizer_in_backward = false;
 };
 
 // Checks a setup before anything is allocated; each failure names the flag and the fix.
