@@ -52,7 +52,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
   # The leaderboard shape at head dim 128 (the issue asks for it beside d = 64).
   (cd "$OUT" && "$B/lmscale" bench attention --seq 16384 --head-dim 128 --heads 16 --dtype bf16 --iters 20 \
     --out lb128) >>"$OUT/bench.log" 2>&1
-  # Plain-attention sweep (REFERENCE §2): where the T x T scores run out of memory.
+  # Plain-attention sweep (docs/spec.md §2.5): where the T x T scores run out of memory.
   (cd "$OUT" && "$B/lmscale" bench attention --sweep --out sweep) >>"$OUT/bench.log" 2>&1
   if (($# > 0)); then
     (cd "$OUT" && "$B/lmscale" bench attention "$@" --out .) >>"$OUT/bench.log" 2>&1
