@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Builds tools/flash_probe.cu into build-probe/ with nvcc alone (seconds; no libtorch), for
-# scripts/gpu/gpu_flash_probe.sh. Same flags as the kernel library (CMakeLists.txt).
-#   scripts/gpu/build_flash_probe.sh [head_dim] [extra nvcc flags]   -> build-probe/flash_probe (64) or flash_probe_d<D>
+# Builds tools/flash_probe.cu (CMake targets flash_probe / flash_probe_d<D>: the kernels' own
+# architecture and flags, no libtorch linked) here, and copies the binaries into build-probe/, the
+# small folder to carry to a GPU machine for scripts/gpu/gpu_flash_probe.sh.
+#   scripts/gpu/build_flash_probe.sh [head_dim ...]   default 64 -> build-probe/flash_probe, others flash_probe_d<D>
+# Uses the build folder of ./lmscale (LMSCALE_BUILD_DIR, default build); configures it if needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+BUILD=${LMSCALE_BUILD_DIR:-build}
+dims=("$@")
+((${#dims[@]})) || dims=(64)
+targets=()
+for d in "${dims[@]}"; do
+  [[ $d =~ ^[0-9]+$ ]] || { echo "build_flash_probe: head dim '$d' is not a number" >&2; exit 2; }
+  if [[ $d == 64 ]]; then targets+=(flash_probe); else targets+=("flash_probe_d$d"); fi
+done
+LMSCALE_BUILD_DIR=$BUILD LMSCALE_BUILD_TARGETS="${targets[*]}" ./lmscale build
 mkdir -p build-probe
-D=64
-if [[ ${1:-} =~ ^[0-9]+$ ]]; then D=$1; shift; fi
-name=flash_probe
-[[ $D == 64 ]] || name=flash_probe_d$D
-nvcc -std=c++17 -arch=sm_90 -O3 --use_fast_math --expt-relaxed-constexpr -lineinfo -Isrc \
-  -DLMSCALE_PROBE_HEAD_DIM="$D" tools/flash_probe.cu -o "build-probe/$name" "$@"
+for t in "${targets[@]}"; do cp "$BUILD/probe/$t" build-probe/; done
+ls -l build-probe

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a folder of src/ includes a header of a higher layer or of a sibling in its own layer
-(docs/design.md §2), and when src/kernels/ includes anything outside kernels/ or any ATen, c10 or
-torch header. Run by CTest (House.Layering); no build or GPU needed.
+(docs/design.md §2), when src/kernels/ includes anything outside kernels/ or any ATen, c10 or
+torch header, and when a folder other than src/ops/ (the bridge) includes src/kernels/. Run by CTest (House.Layering); no build or GPU needed.
 
     python3 tests/house/check_layering.py [repo root]
     python3 tests/house/check_layering.py --self-test   # it catches what it should, on a made-up tree
@@ -54,6 +54,9 @@ def violations(root: Path):
             if folder == "kernels":
                 yield (f"{where}: src/kernels/ includes {target}/; kernels include only kernels/ headers, so "
                        "the layer stays free of ATen (move the shared piece into kernels/ or into ops/)")
+            elif target == "kernels" and folder != "ops":
+                yield (f"{where}: src/{folder}/ includes kernels/; src/ops/ is the only bridge from tensors to "
+                       "kernels, so call the op instead (docs/design.md §2)")
             elif LAYERS[target] >= LAYERS[folder]:
                 kind = "a sibling layer" if LAYERS[target] == LAYERS[folder] else "a higher layer"
                 yield (f"{where}: src/{folder}/ (layer {LAYERS[folder]}) includes {target}/ ({kind}, layer "
@@ -61,7 +64,7 @@ def violations(root: Path):
 
 
 def self_test() -> int:
-    """A made-up src/ with allowed includes and four violations: exactly the four must be reported."""
+    """A made-up src/ with allowed includes and five violations: exactly the five must be reported."""
     import tempfile
     files = {
         "core/a.h": '#include "core/b.h"\n',
@@ -69,8 +72,10 @@ def self_test() -> int:
         "kernels/k.cu": '#include "kernels/p.h"\n#include <ATen/ATen.h>\n#include "core/a.h"\n',
         "profile/p.cpp": '#include "train/t.h"\n#  include "distributed/z.h"\n',
         "cli/c.cpp": '#include "bench/b.h"\n#include "profile/p.h"\n#include <torch/torch.h>\n',
+        "ops/o.cpp": '#include "kernels/p.h"\n',
+        "train/t.cpp": '#include "ops/o.h"\n#include "kernels/p.h"\n',
     }
-    expected = ["model/m.cpp:3", "kernels/k.cu:2", "kernels/k.cu:3", "profile/p.cpp:2"]
+    expected = ["model/m.cpp:3", "kernels/k.cu:2", "kernels/k.cu:3", "profile/p.cpp:2", "train/t.cpp:2"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for rel, text in files.items():
