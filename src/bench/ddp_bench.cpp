@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <iostream>
 
@@ -351,15 +352,17 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     MarkdownTable losses_table(head);
     for (size_t k = 0; k < curves.front().second.size(); ++k) {
       std::vector<std::string> row{std::to_string(curves.front().second[k].first)};
-      for (const auto& [name, curve] : curves) row.push_back(k < curve.size() ? fmt(curve[k].second, 4) : "-");
+      for (const auto& [name, curve] : curves) row.push_back(k < curve.size() ? fmt(curve[k].second, 6) : "-");
       losses_table.add_row(row);
     }
-    std::vector<std::string> gap{"max |diff| vs " + curves.front().first};
+    std::vector<std::string> gap{"max abs difference to " + curves.front().first};
     for (const auto& [name, curve] : curves) {
       double worst = 0;
       for (size_t k = 0; k < curve.size() && k < curves.front().second.size(); ++k)
         worst = std::max(worst, std::abs(curve[k].second - curves.front().second[k].second));
-      gap.push_back(fmt(worst, 4));
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2e", worst);
+      gap.push_back(buf);
     }
     losses_table.add_row(gap);
     write_text(o.out + "/ddp_loss.md", "# bench ddp: training loss per design\n\n`" + run_info().command + "` (" +
