@@ -4,6 +4,8 @@
 # and gzipped Perfetto traces land in $OUT as at most 8 files. Run through the device tool on
 # nvidia-h200-x2 from a source tree (the repo, or a clean snapshot of it), e.g.
 #   LMSCALE_COMMIT=abc1234 bash scripts/gpu/gpu_dist.sh build tests ddp torch comm zero
+# Issue 18's full table: build tests ddp torch tuning zero (bf16 communication, ZeRO-2, NCCL
+# CTA limits and stream priority, PyTorch DDP fp32/bf16 and FSDP2 in the same run).
 # Phases run in the order given and each is cut off at DEADLINE_S seconds after the start (default
 # 440), so the results of the finished ones always come back. BUILD_TARGETS limits the build.
 # NPROC (default 2) sets the number of processes, one GPU each (4 or 8 on the larger kinds; issues 6, 7).
@@ -41,13 +43,25 @@ phase_tests() {
 phase_ddp() {
   log "bench ddp"
   (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --trace-dir ../logs \
+    --impls single,overlap,bucketed,zero2 --bucket-mb 1,10,25,100,1000 --first-bucket-mb 1 --comm-dtype fp32,bf16 \
+    --trace-impls bucketed-100MB,bucketed-100MB-bf16,zero2-100MB --check-consistency 5 \
     --out .) 2>&1 | tee "$OUT/logs/ddp.log" | grep -v "^\[rank [1-9]"
   gzip -f "$OUT"/logs/*.json 2>/dev/null
 }
 phase_torch() {
-  log "PyTorch DDP baseline"
-  (cd "$RES" && run python3 -m torch.distributed.run --nproc_per_node ${NPROC:-2} --master_port 29555 \
-    "$ROOT/scripts/torch_ddp_baseline.py" --size ${DDP_SIZE:-xl} --precision fp32,bf16 --out .) 2>&1 | tee "$OUT/logs/torch_ddp.log" | grep "torch-ddp\|Error"
+  log "PyTorch baselines: DDP fp32, DDP bf16-compressed, FSDP2"
+  (cd "$RES" && PYTHONPATH=$ROOT/python run python3 -m torch.distributed.run --nproc_per_node ${NPROC:-2} \
+    --master_port 29555 -m lmscale.baseline.ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --out .) 2>&1 \
+    | tee "$OUT/logs/torch_ddp.log" | grep "^\[torch-\|Error"
+}
+phase_tuning() {
+  # NCCL given fewer SMs and a high-priority stream, both ways, on the bf16 step (issue 18.1).
+  log "bench ddp: NCCL CTA limits and stream priority"
+  for knobs in "" "--nccl-high-priority" "--nccl-max-ctas 4" "--nccl-max-ctas 8" "--nccl-max-ctas 4 --nccl-high-priority"; do
+    (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision bf16 \
+      --impls single,bucketed --bucket-mb 25,100 --first-bucket-mb 1 --comm-dtype fp32,bf16 $knobs --out .) 2>&1 \
+      | tee -a "$OUT/logs/ddp_tuning.log" | grep -v "^\[rank [1-9]"
+  done
 }
 phase_comm() {
   log "bench comm (NCCL, then Gloo)"
@@ -57,7 +71,8 @@ phase_comm() {
 }
 phase_zero() {
   log "bench zero"
-  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench zero --size ${DDP_SIZE:-xl} --out .) 2>&1 | tee "$OUT/logs/zero.log" | grep -v "^\[rank [1-9]"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench zero --size ${DDP_SIZE:-xl} \
+    --impls unsharded,zero1-reduce-scatter,zero2 --out .) 2>&1 | tee "$OUT/logs/zero.log" | grep -v "^\[rank [1-9]"
 }
 for p in "$@"; do
   if (( SECONDS >= DEADLINE - 10 )); then log "skipping $p: deadline"; continue; fi

@@ -64,6 +64,7 @@ std::string run_comm_bench(const CommBenchOptions& o) {
   TORCH_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup ", o.warmup, " / --iters ", o.iters,
               " must be >= 0 / >= 1.");
   const distributed::DistEnv env = distributed::env_from_environment();
+  distributed::require_several_ranks(env, "bench comm");
   const auto timeout = distributed::collective_timeout_from_env();
   auto store = distributed::connect_store(env, timeout);
   const bool lead = env.rank == 0;

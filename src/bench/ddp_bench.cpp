@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <iostream>
 
@@ -28,6 +29,8 @@
 #include "core/results.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
+#include "distributed/fault.h"
+#include "distributed/zero2.h"
 
 namespace lmscale {
 
@@ -40,16 +43,54 @@ using distributed::DistributedDataParallel;
 using distributed::Group;
 
 struct Timing {
-  double step_ms = 0, fwd_bwd_ms = 0, exposed_ms = 0, optimizer_ms = 0;
+  double step_ms = 0, fwd_bwd_ms = 0, exposed_ms = 0, optimizer_ms = 0, backward_ms = 0, peak_bytes = 0;
+};
+
+// One data-parallel design as the timing loop sees it: what runs after backward (the wait for
+// communication), the optimizer step, and the gradient reset.
+struct Design {
+  DistributedDataParallel* ddp = nullptr;
+  distributed::Zero2* zero2 = nullptr;
+  void finish() {
+    if (ddp) ddp->finish_gradient_synchronization();
+    if (zero2) zero2->finish_gradient_synchronization();
+  }
+  void step(TrainingStep& ts) {
+    if (zero2)
+      zero2->step();
+    else
+      ts.optimizer().step();
+  }
+  void zero_grad(TrainingStep& ts) {
+    if (ddp)
+      ddp->zero_grad();
+    else if (zero2)
+      zero2->zero_grad();
+    else
+      ts.optimizer().zero_grad();
+  }
 };
 
 // Mean over the timed steps on this rank, then the slowest rank's value for each phase. Marks:
-// start | forward+backward | finish (DDP's wait: communication not hidden by backward) | optimizer.
-Timing time_steps(TrainingStep& ts, DistributedDataParallel* ddp, const Group& g, int warmup, int steps,
-                  bool profile_last, const std::string& trace_path) {
+// start | forward | backward | finish (the wait: communication not hidden by backward) | optimizer.
+// check_every > 0: after every check_every-th step the parameters are compared across ranks.
+// Mean of one value per rank (an all-reduce SUM on the group's device).
+double mean_over_ranks(const Group& g, double v) {
+  at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(g.device));
+  std::vector<at::Tensor> tv{t};
+  distributed::wait(g.backend->allreduce(tv));
+  return t.cpu().item<double>() / g.world_size;
+}
+
+Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, int steps, bool profile_last,
+                  const std::string& trace_path, int check_every, int loss_every,
+                  std::vector<std::pair<int, double>>* losses) {
   const auto dev = ts.setup().device;
   StepClock clock(dev);
-  std::vector<double> sums(4, 0.0);
+  std::vector<double> sums(5, 0.0);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  if (check_every > 0)
+    for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
   for (int i = 0; i < warmup + steps + (profile_last ? 1 : 0); ++i) {
     const bool profiling = profile_last && i == warmup + steps;
     namespace prof = torch::autograd::profiler;
@@ -60,6 +101,7 @@ Timing time_steps(TrainingStep& ts, DistributedDataParallel* ddp, const Group& g
       prof::prepareProfiler(config, activities);
       prof::enableProfiler(config, activities);
     }
+    if (i == warmup) reset_peak_memory(dev);
     clock.clear();
     clock.mark();
     torch::Tensor loss;
@@ -67,27 +109,30 @@ Timing time_steps(TrainingStep& ts, DistributedDataParallel* ddp, const Group& g
       AutocastScope autocast(dev.type(), ts.setup().precision);
       loss = cross_entropy(ts.model()->forward(ts.inputs()), ts.targets());
     }
+    clock.mark();
     loss.backward();
     clock.mark();
-    if (ddp) ddp->finish_gradient_synchronization();
+    design.finish();
     clock.mark();
-    ts.optimizer().step();
+    design.step(ts);
     clock.mark();
-    if (ddp)
-      ddp->zero_grad();
-    else
-      ts.optimizer().zero_grad();
+    design.zero_grad(ts);
     clock.synchronize();
     if (profiling && !trace_path.empty()) prof::disableProfiler()->save(trace_path);
+    if (check_every > 0 && (i + 1) % check_every == 0) distributed::check_parameter_consistency(g, named, i + 1);
+    if (loss_every > 0 && (i % loss_every == 0 || i + 1 == warmup + steps))
+      losses->emplace_back(i, mean_over_ranks(g, loss.detach().to(at::kDouble).cpu().item<double>()));
     if (i < warmup || profiling) continue;
-    sums[0] += clock.ms(0, 3);
-    sums[1] += clock.ms(0, 1);
-    sums[2] += clock.ms(1, 2);
-    sums[3] += clock.ms(2, 3);
+    sums[0] += clock.ms(0, 4);
+    sums[1] += clock.ms(0, 2);
+    sums[2] += clock.ms(2, 3);
+    sums[3] += clock.ms(3, 4);
+    sums[4] += clock.ms(1, 2);
   }
   for (auto& s : sums) s /= steps;
+  sums.push_back(double(memory_stats(dev).peak_allocated));
   auto m = distributed::max_over_ranks(g, sums);
-  return {m[0], m[1], m[2], m[3]};
+  return {m[0], m[1], m[2], m[3], m[4], m[5]};
 }
 
 // Seconds per all-reduce of `bytes` on the group (mean of several, slowest rank).
@@ -105,33 +150,51 @@ double allreduce_seconds(const Group& g, int64_t bytes, int iters) {
 }
 
 struct Config {
-  std::string impl;      // single | naive | flat | overlap | bucketed
-  double bucket_mb = 0;  // bucketed only
-  std::string label() const { return impl == "bucketed" ? impl + "-" + fmt(bucket_mb, bucket_mb < 1 ? 2 : 0) + "MB" : impl; }
+  std::string impl;      // single | naive | flat | overlap | bucketed | zero2
+  double bucket_mb = 0;  // bucketed and zero2
+  std::string comm_dtype = "fp32";
+  bool bucketed() const { return impl == "bucketed" || impl == "zero2"; }
+  std::string label() const {
+    std::string l = bucketed() ? impl + "-" + fmt(bucket_mb, bucket_mb < 1 ? 2 : 0) + "MB" : impl;
+    return comm_dtype == "fp32" ? l : l + "-" + comm_dtype;
+  }
 };
 
 }  // namespace
 
 std::string run_ddp_bench(const DdpBenchOptions& o) {
   TORCH_CHECK(o.steps >= 1 && o.warmup >= 0, "--steps ", o.steps, " / --warmup ", o.warmup, " must be >= 1 / >= 0.");
+  TORCH_CHECK(o.check_consistency >= 0, "--check-consistency ", o.check_consistency, " must be >= 0 (0: off).");
+  for (const auto& d : o.comm_dtypes) distributed::parse_comm_dtype(d);  // validates
   std::vector<Config> configs;
   for (const auto& impl : o.impls) {
     if (impl == "single") {
       configs.push_back({impl});
       continue;
     }
+    if (impl == "zero2") {
+      for (double mb : o.bucket_mb) configs.push_back({"zero2", mb});
+      continue;
+    }
     auto strategy = distributed::parse_ddp_strategy(impl);  // validates the name
-    if (strategy == distributed::DdpStrategy::Bucketed)
-      for (double mb : o.bucket_mb) configs.push_back({"bucketed", mb});
-    else
-      configs.push_back({distributed::ddp_strategy_name(strategy)});
+    for (const auto& dtype : o.comm_dtypes) {
+      if (strategy == distributed::DdpStrategy::Bucketed)
+        for (double mb : o.bucket_mb) configs.push_back({"bucketed", mb, dtype});
+      else
+        configs.push_back({distributed::ddp_strategy_name(strategy), 0, dtype});
+    }
   }
   const distributed::DistEnv env = distributed::env_from_environment();
+  distributed::require_several_ranks(env, "bench ddp");
   const auto timeout = distributed::collective_timeout_from_env();
   auto store = distributed::connect_store(env, timeout);
   std::string backend = o.backend;
   if (backend == "auto") backend = torch::cuda::is_available() ? "nccl" : "gloo";
-  Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "ddp");
+  auto nccl = distributed::nccl_tuning_from_env();
+  if (o.nccl_max_ctas > 0) nccl.max_ctas = o.nccl_max_ctas;
+  if (o.nccl_min_ctas > 0) nccl.min_ctas = o.nccl_min_ctas;
+  if (o.nccl_high_priority) nccl.high_priority_stream = true;
+  Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "ddp", nccl);
   c10::OptionalDeviceGuard guard;
   if (g.device.is_cuda()) guard.reset_device(g.device);
   const bool lead = g.rank == 0;
@@ -144,17 +207,22 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   const double w = big / std::max(t_big - o_s, 1e-9);
 
   MarkdownTable table({"precision", "impl", "buckets", "step (ms)", "fwd+bwd (ms)", "exposed comm (ms)",
-                       "comm share", "vs single", "model overhead (ms)"});
+                       "comm share", "vs single", "bwd slowdown", "sent/step", "peak mem", "model overhead (ms)"});
   std::vector<Json> records;
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
                     const char* metric, double value, const char* unit) {
     Json config{{"size", o.size},       {"precision", prec},     {"batch", o.batch},
-                {"context", o.context}, {"world", g.world_size}, {"backend", backend}};
-    if (c && c->impl == "bucketed") config["bucket_mb"] = c->bucket_mb;
+                {"context", o.context}, {"world", g.world_size}, {"backend", backend},
+                {"fused", true},        {"nccl", distributed::describe(nccl)}};
+    if (c && c->bucketed()) config["bucket_mb"] = c->bucket_mb;
+    if (c && c->bucketed() && o.first_bucket_mb >= 0) config["first_bucket_mb"] = o.first_bucket_mb;
+    if (c && c->impl != "single") config["comm_dtype"] = c->comm_dtype;
     if (n_buckets >= 0) config["n_buckets"] = n_buckets;
     records.push_back(metric_record("ddp", impl, config, metric, value, unit));
   };
 
+  std::vector<std::pair<int, double>> losses;
+  std::vector<std::pair<std::string, std::vector<std::pair<int, double>>>> curves;  // (design, (step, loss))
   for (size_t pi = 0; pi < o.precisions.size(); ++pi) {
     const std::string& prec = o.precisions[pi];
     StepSetup setup;
@@ -164,24 +232,48 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     setup.context = o.context;
     setup.precision = parse_dtype(prec);
     setup.device = g.device;
-    TrainingStep ts(setup);
-    std::vector<at::Tensor> params = ts.model()->parameters(), buffers = ts.model()->buffers();
+    setup.fused = true;  // the fastest single-device step (fused kernels where they exist)
+    // Loss curves: each rank its own data, and every design from the same fresh model.
+    if (o.loss_every > 0) setup.seed = static_cast<uint64_t>(g.rank);
+    auto ts_owner = std::make_unique<TrainingStep>(setup);
+    std::vector<at::Tensor> params = ts_owner->model()->parameters(), buffers = ts_owner->model()->buffers();
     double s_bytes = 0;
     for (auto& p : params) s_bytes += p.numel() * p.element_size();
-    double single_ms = NAN, best_ms = INFINITY, best_mb = NAN;
+    double single_ms = NAN, single_bwd_ms = NAN, best_ms = INFINITY, best_mb = NAN;
     for (const auto& c : configs) {
+      if (o.loss_every > 0 && &c != &configs.front()) {
+        ts_owner.reset();
+        ts_owner = std::make_unique<TrainingStep>(setup);
+        params = ts_owner->model()->parameters();
+        buffers = ts_owner->model()->buffers();
+      }
+      TrainingStep& ts = *ts_owner;
       if (lead) std::cerr << "[ddp] " << o.size << " " << prec << " " << c.label() << " ..." << std::flush;
       std::unique_ptr<DistributedDataParallel> ddp;
+      std::unique_ptr<distributed::Zero2> zero2;
       int64_t n_b = -1;
+      double sent_bytes = 0;  // per rank per step, ring algorithms (Note [bus bandwidth] in comm_bench.cpp)
+      const double n = g.world_size;
       Timing t;
       bool oom = false;
       try {
-        if (c.impl != "single") {
+        if (c.impl == "zero2") {
+          distributed::Zero2Options zo;
+          zo.bucket_mb = c.bucket_mb;
+          zo.first_bucket_mb = o.first_bucket_mb;
+          zero2 = std::make_unique<distributed::Zero2>(params, buffers, g,
+                                                       torch::optim::AdamWOptions(1e-3).weight_decay(0.01), zo);
+          n_b = static_cast<int64_t>(zero2->bucket_assignment().size());
+          sent_bytes = double(zero2->payload_bytes_per_step()) * (n - 1) / n;
+        } else if (c.impl != "single") {
           distributed::DdpOptions opts;
           opts.strategy = distributed::parse_ddp_strategy(c.impl);
           opts.bucket_mb = c.bucket_mb;
+          opts.first_bucket_mb = o.first_bucket_mb;
+          opts.comm_dtype = distributed::parse_comm_dtype(c.comm_dtype);
           ddp = std::make_unique<DistributedDataParallel>(params, buffers, g, opts);
           n_b = static_cast<int64_t>(ddp->bucket_assignment().size());
+          sent_bytes = double(ddp->payload_bytes_per_step()) * 2 * (n - 1) / n;
         }
         // Every rank runs the extra (profiled) step so the collectives stay matched; rank 0 records it.
         auto& ti = o.trace_impls;
@@ -189,37 +281,55 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                            (std::find(ti.begin(), ti.end(), c.impl) != ti.end() ||
                             std::find(ti.begin(), ti.end(), c.label()) != ti.end());
         const std::string path = trace && lead ? o.trace_dir + "/ddp_" + c.label() + "_" + prec + ".json" : "";
-        t = time_steps(ts, ddp.get(), g, o.warmup, o.steps, trace, path);
+        losses.clear();
+        t = time_steps(ts, Design{ddp.get(), zero2.get()}, g, o.warmup, o.steps, trace, path, o.check_consistency,
+                       o.loss_every, &losses);
+        if (o.loss_every > 0) curves.emplace_back(prec + " " + c.label(), losses);
       } catch (const std::exception& e) {
         if (!is_out_of_memory(e)) throw;
         oom = true;
       }
       ts.optimizer().zero_grad();  // drop .grad views so the bucket buffers can be freed
       ddp.reset();
+      zero2.reset();
       if (oom) {
         release_cached_memory(g.device);
         if (lead) std::cerr << " OOM\n";
-        table.add_row({prec, c.label(), "-", "OOM", "-", "-", "-", "-", "-"});
+        table.add_row({prec, c.label(), "-", "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
         continue;
       }
       const std::string impl = "lmscale-" + c.impl;
-      if (c.impl == "single") single_ms = t.step_ms;
+      if (c.impl == "single") {
+        single_ms = t.step_ms;
+        single_bwd_ms = t.backward_ms;
+      }
       const double vs_single = (t.step_ms / single_ms - 1) * 100;
+      const double bwd_slowdown = (t.backward_ms / single_bwd_ms - 1) * 100;
+      auto percent = [](double v) { return std::isnan(v) ? std::string("-") : (v >= 0 ? "+" : "") + fmt(v, 1) + "%"; };
       const double model_ms = n_b > 0 ? overhead_model_seconds(s_bytes, w, o_s, double(n_b)) * 1e3 : NAN;
-      if (c.impl == "bucketed" && t.step_ms < best_ms) {
+      if (c.impl == "bucketed" && c.comm_dtype == "fp32" && t.step_ms < best_ms) {
         best_ms = t.step_ms;
         best_mb = c.bucket_mb;
       }
       if (lead) std::cerr << " " << fmt(t.step_ms) << " ms/step, exposed comm " << fmt(t.exposed_ms) << " ms\n";
       table.add_row({prec, c.label(), n_b < 0 ? "-" : std::to_string(n_b), fmt(t.step_ms), fmt(t.fwd_bwd_ms),
                      fmt(t.exposed_ms), fmt(100 * t.exposed_ms / t.step_ms, 1) + "%",
-                     std::isnan(vs_single) ? "-" : (vs_single >= 0 ? "+" : "") + fmt(vs_single, 1) + "%",
-                     (c.impl == "bucketed" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
+                     percent(vs_single), c.impl == "single" ? "-" : percent(bwd_slowdown),
+                     c.impl == "single" ? "-" : fmt_bytes(sent_bytes), t.peak_bytes > 0 ? fmt_bytes(t.peak_bytes) : "-",
+                     (c.impl == "bucketed" && c.comm_dtype == "fp32" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
       record(impl, prec, &c, n_b, "step_time", t.step_ms, "ms");
       record(impl, prec, &c, n_b, "fwd_bwd_time", t.fwd_bwd_ms, "ms");
       record(impl, prec, &c, n_b, "exposed_comm_time", t.exposed_ms, "ms");
       record(impl, prec, &c, n_b, "optimizer_time", t.optimizer_ms, "ms");
+      record(impl, prec, &c, n_b, "backward_time", t.backward_ms, "ms");
+      if (c.impl != "single" && !std::isnan(bwd_slowdown)) record(impl, prec, &c, n_b, "backward_slowdown", bwd_slowdown, "%");
+      if (c.impl != "single") record(impl, prec, &c, n_b, "bytes_sent_per_step", sent_bytes, "B");
+      if (t.peak_bytes > 0) record(impl, prec, &c, n_b, "peak_allocated", t.peak_bytes, "B");
       if (!std::isnan(vs_single)) record(impl, prec, &c, n_b, "overhead_vs_single", vs_single, "%");
+      for (const auto& [step, loss] : losses) {
+        record(impl, prec, &c, n_b, "loss", loss, "nats");
+        records.back()["step"] = step;
+      }
       if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead", model_ms, "ms");
     }
     const double pred = best_bucket_bytes(s_bytes, w, o_s) / (1 << 20);
@@ -229,12 +339,38 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     record("overhead-model", prec, nullptr, -1, "predicted_best_bucket", pred, "MB");
     if (!std::isnan(best_mb)) record("overhead-model", prec, nullptr, -1, "measured_best_bucket", best_mb, "MB");
     table.add_row({prec, "model: o=" + fmt(o_s * 1e6, 1) + "us w=" + fmt(w / 1e9, 1) + "GB/s s=" + fmt_bytes(s_bytes),
-                   "-", "-", "-", "-", "-", "-",
+                   "-", "-", "-", "-", "-", "-", "-", "-", "-",
                    "best bucket " + fmt(pred, 1) + " MB (measured " + (std::isnan(best_mb) ? "-" : fmt(best_mb, best_mb < 1 ? 2 : 0)) +
                        " MB)"});
   }
   if (!lead) return "";
   append_jsonl(o.out + "/ddp.jsonl", records);
+  if (!curves.empty()) {
+    // One row per recorded step, one column per design, plus each design's largest gap to the first.
+    std::vector<std::string> head{"step"};
+    for (const auto& [name, curve] : curves) head.push_back(name);
+    MarkdownTable losses_table(head);
+    for (size_t k = 0; k < curves.front().second.size(); ++k) {
+      std::vector<std::string> row{std::to_string(curves.front().second[k].first)};
+      for (const auto& [name, curve] : curves) row.push_back(k < curve.size() ? fmt(curve[k].second, 6) : "-");
+      losses_table.add_row(row);
+    }
+    std::vector<std::string> gap{"max abs difference to " + curves.front().first};
+    for (const auto& [name, curve] : curves) {
+      double worst = 0;
+      for (size_t k = 0; k < curve.size() && k < curves.front().second.size(); ++k)
+        worst = std::max(worst, std::abs(curve[k].second - curves.front().second[k].second));
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2e", worst);
+      gap.push_back(buf);
+    }
+    losses_table.add_row(gap);
+    write_text(o.out + "/ddp_loss.md", "# bench ddp: training loss per design\n\n`" + run_info().command + "` (" +
+                                           run_info().date + ", " + run_info().gpu + ", commit " + run_info().commit +
+                                           ")\n\nMean loss over " + std::to_string(g.world_size) +
+                                           " ranks, each on its own batch, every design from the same initial model.\n\n" +
+                                           losses_table.render());
+  }
   write_text(o.out + "/ddp.md", "# bench ddp\n\n`" + run_info().command + "` (" + run_info().date + ", " +
                                     run_info().gpu + ", commit " + run_info().commit + ")\n\n" + table.render());
   return table.render();

@@ -1,7 +1,10 @@
-// `lmscale bench ddp`: time per training step of the LM under each DDP policy (naive, flat,
-// overlap, bucketed at several caps) against the same step on one device, the share of it spent
-// waiting for communication, Kineto traces showing the overlap, and the bucket-size overhead model
-// of docs/spec.md §6.3 (Note [DDP overhead model] in ddp_bench.cpp) checked against the measured best.
+// `lmscale bench ddp`: time per training step of the LM under each data-parallel design (DDP
+// naive, flat, overlap, bucketed at several caps, with fp32 or bf16 gradient communication, and
+// ZeRO-2) against the same step on one device, all on top of the fastest single-device step
+// (StepSetup's fused path). Per design: step, exposed communication (finish's wait), the backward's
+// slowdown against the single-device backward, bytes sent per rank per step, peak memory; Kineto
+// traces showing the overlap, and the bucket-size overhead model of docs/spec.md §2 (Note [DDP
+// overhead model] in ddp_bench.cpp) checked against the measured best.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,8 +14,19 @@ namespace lmscale {
 struct DdpBenchOptions {
   std::string size = "xl";
   std::vector<std::string> precisions{"fp32", "bf16"};
-  std::vector<std::string> impls{"single", "naive", "flat", "overlap", "bucketed"};
+  std::vector<std::string> impls{"single", "naive", "flat", "overlap", "bucketed"};  // also "zero2"
   std::vector<double> bucket_mb{1, 10, 100, 1000};
+  double first_bucket_mb = -1;                    // bucketed / zero2: cap of the first bucket (<0: same)
+  std::vector<std::string> comm_dtypes{"fp32"};  // fp32, bf16: every DDP design runs with each
+  int check_consistency = 0;                      // every N steps compare parameter checksums (0: never)
+  // > 0: a training-curve run instead of a timing run. Every design starts from the same fresh
+  // model (rank r trains on its own seeded batch), the mean loss over ranks is recorded every
+  // loss_every steps (metric "loss"), and <out>/ddp_loss.md tabulates the curves side by side.
+  int loss_every = 0;
+  // NCCL: CTA bounds per collective and a high-priority stream (0/false: the LMSCALE_NCCL_* env or
+  // NCCL's defaults); see distributed::NcclTuning.
+  int nccl_max_ctas = 0, nccl_min_ctas = 0;
+  bool nccl_high_priority = false;
   int64_t batch = 4;     // per rank
   int64_t context = 512;
   int warmup = 2;

@@ -1,6 +1,6 @@
-// ZeRO-1 memory/time benchmark; see zero_bench.h. All three configurations use libtorch's
-// torch::optim::AdamW (through ShardedOptimizer's factory when sharded), so the time ratio
-// isolates sharding, not the optimizer kernel.
+// ZeRO memory/time benchmark; see zero_bench.h. Every configuration uses libtorch's
+// torch::optim::AdamW (through ShardedOptimizer's factory or ZeRO-2 when sharded), so the time
+// ratio isolates sharding, not the optimizer kernel.
 #include "bench/zero_bench.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/zero.h"
+#include "distributed/zero2.h"
 
 namespace lmscale {
 namespace {
@@ -66,11 +67,16 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   std::unique_ptr<torch::optim::AdamW> plain;
   std::unique_ptr<distributed::ShardedOptimizer> sharded;
-  if (impl == "unsharded" || impl == "zero1-broadcast")
+  std::unique_ptr<distributed::Zero2> zero2;
+  if (impl == "zero2") {
+    distributed::Zero2Options zo;
+    zo.bucket_mb = o.bucket_mb;
+    zero2 = std::make_unique<distributed::Zero2>(params, ts.model()->buffers(), g, adamw, zo);
+  } else if (impl == "unsharded" || impl == "zero1-broadcast")
     ddp = std::make_unique<distributed::DistributedDataParallel>(params, ts.model()->buffers(), g);
   if (impl == "unsharded") {
     plain = std::make_unique<torch::optim::AdamW>(params, adamw);
-  } else {
+  } else if (!zero2) {
     auto mode = impl == "zero1-broadcast" ? distributed::ZeroMode::BroadcastOwners : distributed::ZeroMode::ReduceScatter;
     sharded = std::make_unique<distributed::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
                                                        distributed::adamw_factory(adamw), g, mode);
@@ -86,13 +92,24 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
       cross_entropy(ts.model()->forward(ts.inputs()), ts.targets()).backward();
     }
     if (ddp) ddp->finish_gradient_synchronization();
+    if (zero2) zero2->finish_gradient_synchronization();
     synchronize(dev);
     const double before = double(memory_stats(dev).allocated);
-    if (plain) plain->step(); else sharded->step();
+    if (plain)
+      plain->step();
+    else if (zero2)
+      zero2->step();
+    else
+      sharded->step();
     clock.mark();
     clock.synchronize();
     const auto after = memory_stats(dev);
-    if (ddp) ddp->zero_grad(); else sharded->zero_grad();
+    if (ddp)
+      ddp->zero_grad();
+    else if (zero2)
+      zero2->zero_grad();
+    else
+      sharded->zero_grad();
     if (i < o.warmup) continue;
     total_ms += clock.ms(0, 1);
     m.before_step = before;
@@ -103,11 +120,11 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   // Gradients: DDP's bucket buffers, or mode 2's flat buffer plus its 1/N shard buffer.
   std::vector<at::Tensor> grads;
   for (auto& p : params) grads.push_back(p.grad());
-  m.grads = double(tensor_bytes(grads));
+  m.grads = double(zero2 ? zero2->grad_bytes() : tensor_bytes(grads));
   if (sharded && sharded->mode() == distributed::ZeroMode::ReduceScatter)
     for (auto& grp : sharded->local().param_groups())
       for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
-  m.state = double(plain ? adamw_state_bytes(*plain) : sharded->state_bytes());
+  m.state = double(plain ? adamw_state_bytes(*plain) : zero2 ? zero2->state_bytes() : sharded->state_bytes());
   auto mx = distributed::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
   Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7]};
   ts.optimizer().zero_grad();
@@ -118,9 +135,10 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
 
 std::string run_zero_bench(const ZeroBenchOptions& o) {
   for (const auto& impl : o.impls)
-    TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter", "--impls '",
-                impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter.");
+    TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter" || impl == "zero2",
+                "--impls '", impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter, zero2.");
   const distributed::DistEnv env = distributed::env_from_environment();
+  distributed::require_several_ranks(env, "bench zero");
   const auto timeout = distributed::collective_timeout_from_env();
   auto store = distributed::connect_store(env, timeout);
   std::string backend = o.backend == "auto" ? (torch::cuda::is_available() ? "nccl" : "gloo") : o.backend;

@@ -1,6 +1,6 @@
 // `lmscale bench zero`: memory and time of a training step with the optimizer state unsharded
-// (DDP + AdamW) and sharded by ZeRO-1 (mode 1: DDP + owners broadcast; mode 2: reduce-scatter +
-// all-gather): allocated bytes after model init, just before and just after the optimizer step,
+// (DDP + AdamW), sharded by ZeRO-1 (mode 1: DDP + owners broadcast; mode 2: reduce-scatter +
+// all-gather) and with gradients sharded too (ZeRO-2: bucketed reduce-scatter during backward): allocated bytes after model init, just before and just after the optimizer step,
 // the peak, a breakdown (parameters, gradients, optimizer state) and the time per iteration.
 #pragma once
 #include <string>
@@ -11,7 +11,8 @@ namespace lmscale {
 struct ZeroBenchOptions {
   std::string size = "xl";
   std::string precision = "fp32";
-  std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter"};
+  std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"};
+  double bucket_mb = 25;  // zero2: gradient bucket cap (MiB)
   int64_t batch = 4;
   int64_t context = 512;
   int warmup = 2;

@@ -22,6 +22,21 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
   app.add_option("--trace-impls", o->trace_impls, "which impls to trace (comma list)")->delimiter(',')
       ->capture_default_str();
   app.add_option("--out", o->out, "results folder (ddp.jsonl, ddp.md)")->capture_default_str();
+  app.add_option("--comm-dtype", o->comm_dtypes, "gradient communication: fp32, bf16 (comma list: each DDP design with each)")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--first-bucket-mb", o->first_bucket_mb, "cap of the first bucket in MiB (negative: same as the others)")
+      ->capture_default_str();
+  app.add_option("--check-consistency", o->check_consistency,
+                 "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
+      ->capture_default_str();
+  app.add_option("--loss-every", o->loss_every,
+                 "training-curve run: record the mean loss every N steps per design (ddp_loss.md); 0: timing run")
+      ->capture_default_str();
+  app.add_option("--nccl-max-ctas", o->nccl_max_ctas, "NCCL: at most this many CTAs per collective (0: NCCL's choice)");
+  app.add_option("--nccl-min-ctas", o->nccl_min_ctas, "NCCL: at least this many CTAs per collective (0: NCCL's choice)");
+  app.add_flag("--nccl-high-priority", o->nccl_high_priority, "NCCL: run collectives on a high-priority stream");
+  app.footer("Run under `lmscale launch -n 2 --`. A collective that does not finish within LMSCALE_DIST_TIMEOUT_S "
+             "seconds (default 300) stops the run, naming the rank, collective, step and missing ranks.");
   app.callback([o] {
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";

@@ -30,6 +30,9 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
   auto a = std::make_shared<Args>();
   app.add_option("-n,--nproc", a->opts.nproc, "number of ranks (processes) on this machine")
       ->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--nnodes", a->opts.nnodes, "machines in the run (each runs this command with its --node-rank)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--node-rank", a->opts.node_rank, "this machine's index, 0 .. --nnodes - 1")->capture_default_str();
   app.add_option("--master-addr", a->opts.master_addr, "rendezvous address (TCPStore on rank 0)")
       ->capture_default_str();
   app.add_option("--master-port", a->opts.master_port, "rendezvous port; 0 picks a free one")
@@ -38,6 +41,9 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
       ->capture_default_str();
   app.add_option("--program", a->program, "executable to run instead of this lmscale binary");
   app.add_option("command", a->command, "the subcommand and its options, after --")->required();
+  app.footer("Several machines: run `lmscale launch --nnodes 2 --node-rank R -n 8 --master-addr NODE0 --master-port "
+             "29500 -- ...` on each (or torchrun --nnodes 2 --node-rank R --nproc-per-node 8 --master-addr NODE0 "
+             "--no-python lmscale ...). Collectives time out after LMSCALE_DIST_TIMEOUT_S seconds (default 300).");
   app.callback([a] {
     std::vector<std::string> argv = a->command;
     argv.insert(argv.begin(), a->program.empty() ? self_executable() : a->program);

@@ -31,7 +31,15 @@ struct TensorInfo {
 // bucket). Buckets are returned in the order they were opened, which is the order they become
 // ready in backward; indices inside a bucket are in visiting order. Throws on a negative cap.
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<TensorInfo>& tensors, int64_t cap_bytes,
-                                                bool reverse_order);
+                                                bool reverse_order, int64_t first_cap_bytes = -1);
+
+// The same rule over an explicit visiting order (indices into `tensors`, each at most once; included
+// tensors missing from it are visited after it, in reverse index order). first_cap_bytes >= 0 caps
+// the first bucket of each dtype/device separately: a small first bucket starts the first
+// collective early in backward (PyTorch uses 1 MB); -1 means "same as cap_bytes".
+std::vector<std::vector<size_t>> assign_buckets_in_order(const std::vector<TensorInfo>& tensors,
+                                                         const std::vector<size_t>& order, int64_t cap_bytes,
+                                                         int64_t first_cap_bytes = -1);
 
 // MB (2^20 bytes, as PyTorch's bucket_cap_mb) to a byte cap; infinity or huge values give
 // kUnlimitedBucketBytes.

@@ -21,32 +21,19 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <sstream>
 #include <unordered_set>
 
+#include "distributed/broadcast.h"
+#include "distributed/fault.h"
 #include "distributed/flat_view.h"
+#include "distributed/ready_hook.h"
+#include "distributed/then_work.h"
 
 namespace lmscale::distributed {
 namespace {
-
-// The post-hook on a parameter's AccumulateGrad node: runs after the gradient was accumulated into
-// .grad, once per backward even for a tensor used several times (the engine sums its inputs first),
-// which is what makes tied weights reduce once, after all their contributions.
-class MarkReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit MarkReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 constexpr int64_t kMaxDims = 8;
 constexpr int64_t kSlotsPerTensor = 3 + kMaxDims;  // kind (0 frozen, 1 trainable, 2 buffer), dtype, ndim, dims
@@ -93,6 +80,37 @@ std::string ddp_strategy_name(DdpStrategy s) {
   return "?";
 }
 
+CommDtype parse_comm_dtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return CommDtype::Fp32;
+  if (name == "bf16" || name == "bfloat16") return CommDtype::Bf16;
+  TORCH_CHECK(false, "gradient communication dtype '", name, "' is unknown; choose fp32 or bf16.");
+  return CommDtype::Fp32;
+}
+
+std::string comm_dtype_name(CommDtype d) { return d == CommDtype::Bf16 ? "bf16" : "fp32"; }
+
+CommHook bf16_compress_hook(const Group& group) {
+  // One bf16 copy per bucket, allocated on first use and reused: the hook runs on the autograd
+  // thread during backward, where a fresh allocation per step would only add allocator traffic.
+  auto copies = std::make_shared<std::vector<at::Tensor>>();
+  return [backend = group.backend, world = group.world_size, copies](GradBucket& bucket) {
+    if (copies->size() <= bucket.index) copies->resize(bucket.index + 1);
+    at::Tensor& low = (*copies)[bucket.index];
+    if (!low.defined() || low.numel() != bucket.buffer.numel())
+      low = at::empty_like(bucket.buffer, bucket.buffer.options().dtype(at::kBFloat16));
+    low.copy_(bucket.buffer);
+    std::vector<at::Tensor> tensors{low};
+    auto work = backend->allreduce(tensors, c10d::AllreduceOptions{});
+    at::Tensor full = bucket.buffer;
+    // The sum of N bf16 values cannot overflow where fp32 would not (same exponent range); the
+    // average is taken in fp32 after the cast back.
+    return c10::intrusive_ptr<c10d::Work>(c10::make_intrusive<ThenWork>(work, [full, low, world]() mutable {
+      full.copy_(low);
+      full.div_(world);
+    }));
+  };
+}
+
 CommHook allreduce_average_hook(const Group& group) {
   return [backend = group.backend, world = group.world_size](GradBucket& bucket) {
     // Divide first (as PyTorch DDP does): the sum of pre-divided gradients stays in range in fp16/bf16.
@@ -107,7 +125,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
     : group_(std::move(group)), options_(options) {
   TORCH_CHECK(group_.backend, "DDP: the group has no backend; build it with make_group().");
   // Bad options fail here, on every rank alike, before the first collective.
-  const int64_t cap = bucket_cap_of(options_);
+  cap_bytes_ = bucket_cap_of(options_);
+  if (options_.strategy == DdpStrategy::Bucketed && options_.first_bucket_mb >= 0)
+    first_cap_bytes_ = std::min(bucket_cap_bytes(options_.first_bucket_mb), cap_bytes_);
   // A tied weight appears once per use in a module's parameter list but has one gradient.
   std::unordered_set<const void*> seen;
   for (auto& p : params)
@@ -121,12 +141,20 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
                 "when building the model.");
   }
   for (size_t i = 0; i < buffers.size(); ++i) check_on_group_device(buffers[i], "buffer", i);
-  comm_hook_ = allreduce_average_hook(group_);
+  comm_hook_ = options_.comm_dtype == CommDtype::Bf16 ? bf16_compress_hook(group_) : allreduce_average_hook(group_);
+  for (auto& p : params_)
+    TORCH_CHECK(options_.comm_dtype == CommDtype::Fp32 || p.scalar_type() == at::kFloat || !p.requires_grad(),
+                "DDP: bf16 gradient communication expects fp32 parameters (found ", p.scalar_type(),
+                "); use --comm-dtype fp32 for parameters that are already low precision.");
   verify_across_ranks(buffers);
   std::vector<at::Tensor> to_broadcast = params_;
   to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
-  broadcast_from_rank0(to_broadcast);
-  build_buckets(cap);
+  broadcast_from_rank0(group_, to_broadcast);
+  {
+    std::vector<TensorInfo> infos;
+    for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
+    build_buckets(assign_buckets(infos, cap_bytes_, /*reverse_order=*/true, first_cap_bytes_));
+  }
   if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed) register_hooks();
   reset_step();
 }
@@ -208,38 +236,10 @@ void DistributedDataParallel::verify_across_ranks(const std::vector<at::Tensor>&
   }
 }
 
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) {
-  c10::NoGradGuard no_grad;
-  // Chunks of up to 64 MB: few collectives for many small tensors, bounded extra memory for big ones.
-  std::vector<TensorInfo> infos;
-  for (auto& t : tensors) infos.push_back({t.numel(), t.scalar_type(), t.device(), true});
-  c10d::BroadcastOptions root0;
-  root0.rootRank = 0;
-  for (const auto& chunk : assign_buckets(infos, 64LL << 20, /*reverse_order=*/false)) {
-    if (chunk.size() == 1 && tensors[chunk[0]].is_contiguous()) {
-      std::vector<at::Tensor> one{tensors[chunk[0]]};
-      wait(group_.backend->broadcast(one, root0));
-      continue;
-    }
-    std::vector<at::Tensor> flat_parts;
-    for (size_t i : chunk) flat_parts.push_back(tensors[i].reshape({-1}));
-    std::vector<at::Tensor> flat{at::cat(flat_parts)};
-    wait(group_.backend->broadcast(flat, root0));
-    int64_t offset = 0;
-    for (size_t i : chunk) {
-      const at::Tensor& t = tensors[i];
-      t.copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  }
-}
-
 // ---------------------------------------------------------------- assignment → buffers, hooks
 
-void DistributedDataParallel::build_buckets(int64_t cap) {
-  std::vector<TensorInfo> infos;
-  for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
-  assignment_ = assign_buckets(infos, cap, /*reverse_order=*/true);
+void DistributedDataParallel::build_buckets(const std::vector<std::vector<size_t>>& assignment) {
+  assignment_ = assignment;
   slots_.assign(params_.size(), Slot{});
   buckets_.clear();
   for (size_t b = 0; b < assignment_.size(); ++b) {
@@ -262,15 +262,50 @@ void DistributedDataParallel::build_buckets(int64_t cap) {
   }
 }
 
+// Note [Ready-order rebuild]
+// The first step's hooks record the order gradients became final on this rank. Autograd may order
+// independent branches differently on different ranks, and buckets must be identical everywhere,
+// so rank 0's order is broadcast and every rank rebuilds from it. The gradients of the step just
+// finished (already averaged) are copied into the new buckets and .grad re-pointed, so the caller's
+// optimizer step still sees them. Runs once, like PyTorch's Reducer::rebuild_buckets.
+void DistributedDataParallel::rebuild_buckets_from_ready_order() {
+  rebuilt_ = true;
+  const auto& seen = step_.ready_order;
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(group_.device);
+  // Slot k: the k-th ready parameter, -1 past the end (unused parameters keep reverse model order).
+  std::vector<int64_t> order(params_.size(), -1);
+  for (size_t k = 0; k < seen.size() && k < order.size(); ++k) order[k] = static_cast<int64_t>(seen[k]);
+  at::Tensor t = at::tensor(order, at::kLong).to(opts.device());
+  std::vector<at::Tensor> tv{t};
+  c10d::BroadcastOptions root0;
+  root0.rootRank = 0;
+  wait(group_.backend->broadcast(tv, root0));
+  t = t.cpu();
+  std::vector<size_t> agreed;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    const int64_t i = t[k].item<int64_t>();
+    if (i >= 0) agreed.push_back(static_cast<size_t>(i));
+  }
+  std::vector<TensorInfo> infos;
+  for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
+  auto assignment = assign_buckets_in_order(infos, agreed, cap_bytes_, first_cap_bytes_);
+  if (assignment == assignment_) return;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].requires_grad()) grads[i] = slots_[i].view.clone();
+  build_buckets(assignment);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (grads[i].defined()) {
+      slots_[i].view.copy_(grads[i]);
+      params_[i].mutable_grad() = slots_[i].view;
+    }
+}
+
 void DistributedDataParallel::register_hooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].requires_grad()) continue;
-    // The parameter holds its AccumulateGrad node only weakly: keeping the shared_ptr here keeps the
-    // node (and our hook on it) alive across iterations, as PyTorch's Reducer does.
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    TORCH_INTERNAL_ASSERT(acc, "parameter ", i, " requires grad but has no grad accumulator");
-    uintptr_t key = acc->add_post_hook(std::make_unique<MarkReadyHook>([this, i] { mark_variable_ready(i); }));
-    hooks_.emplace_back(std::move(acc), key);
+    hooks_.push_back(add_ready_hook(params_[i], [this, i] { mark_variable_ready(i); }));
   }
 }
 
@@ -283,6 +318,7 @@ void DistributedDataParallel::mark_variable_ready(size_t i) {
               "finish_gradient_synchronization() (call finish after every backward), or the parameter is "
               "used inside a reentrant checkpoint.");
   ready_[i] = true;
+  if (!in_finish_) step_.ready_order.push_back(i);
   c10::NoGradGuard no_grad;
   Slot& slot = slots_[i];
   at::Tensor& grad = params_[i].mutable_grad();
@@ -306,6 +342,7 @@ void DistributedDataParallel::launch_ready_buckets_in_order() {
     Bucket& b = buckets_[next_bucket_];
     GradBucket handoff;
     handoff.index = next_bucket_;
+    handoff.step = steps_done_;
     handoff.buffer = b.buffer;
     handoff.offsets = b.offsets;
     handoff.lengths = b.lengths;
@@ -329,19 +366,35 @@ void DistributedDataParallel::finish_gradient_synchronization() {
     if (params_[i].requires_grad() && !ready_[i]) mark_variable_ready(i);
   TORCH_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "only ", next_bucket_, " of ", buckets_.size(),
                         " buckets launched after marking every parameter");
+  publish_progress(group_, "ddp", steps_done_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     try {
-      wait(buckets_[b].work);
-    } catch (const std::exception& e) {
+      wait_explained(buckets_[b].work, group_, "ddp",
+                     std::string(options_.comm_dtype == CommDtype::Bf16 ? "bf16 " : "") + "all-reduce of bucket " +
+                         std::to_string(b) + " of " + std::to_string(buckets_.size()) + " (" +
+                         std::to_string(buckets_[b].variables.size()) + " parameters)",
+                     steps_done_);
+    } catch (...) {
+      // Leave the object reusable: no pending work to wait for in the destructor, a fresh step.
       in_finish_ = false;
-      TORCH_CHECK(false, "DDP (rank ", group_.rank, "): all-reduce of bucket ", b, " (", buckets_[b].variables.size(),
-                  " parameters) failed: ", e.what(), "\nLikely causes: another rank died or timed out, or ranks "
-                  "ran different numbers of backward passes.");
+      for (auto& other : buckets_) other.work.reset();
+      reset_step();
+      throw;
     }
     buckets_[b].work.reset();
   }
   in_finish_ = false;
+  const bool hooks = options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed;
+  if (hooks && options_.rebuild_from_ready_order && !rebuilt_) rebuild_buckets_from_ready_order();
+  ++steps_done_;
   reset_step();
+}
+
+int64_t DistributedDataParallel::payload_bytes_per_step() const {
+  int64_t bytes = 0;
+  const int64_t elem = options_.comm_dtype == CommDtype::Bf16 ? 2 : 0;
+  for (const auto& b : buckets_) bytes += b.buffer.numel() * (elem ? elem : b.buffer.element_size());
+  return bytes;
 }
 
 void DistributedDataParallel::zero_grad() {

@@ -28,15 +28,32 @@ enum class DdpStrategy {
 DdpStrategy parse_ddp_strategy(const std::string& name);
 std::string ddp_strategy_name(DdpStrategy s);
 
+// What gradients travel as. Bf16 halves the bytes (and the time the all-reduce competes with
+// backward for SMs and memory bandwidth) at the cost of rounding each rank's gradient to 8 bits of
+// mantissa before the sum; see bf16_compress_hook.
+enum class CommDtype { Fp32, Bf16 };
+// "fp32" | "bf16"; throws listing them otherwise.
+CommDtype parse_comm_dtype(const std::string& name);
+std::string comm_dtype_name(CommDtype d);
+
 struct DdpOptions {
   DdpStrategy strategy = DdpStrategy::Bucketed;
   double bucket_mb = double(kDefaultBucketBytesCap) / (1 << 20);  // Bucketed only
+  // Cap of the first bucket (Bucketed only; MB, negative = same as bucket_mb). Small, so that the
+  // first collective starts early in backward, as PyTorch's 1 MB first bucket.
+  double first_bucket_mb = -1;
+  CommDtype comm_dtype = CommDtype::Fp32;
+  // Overlap and Bucketed: after the first step, rebuild the buckets in the order gradients became
+  // ready on rank 0 (broadcast so every rank agrees), so buckets launch in the order they fill even
+  // when the parameter list is not in reverse execution order.
+  bool rebuild_from_ready_order = true;
 };
 
 // The hand-off from marking to communication: one bucket's flat gradient buffer (the parameters'
 // .grad are views into it) plus where each parameter sits in it.
 struct GradBucket {
   size_t index = 0;
+  int64_t step = 0;                      // synchronised steps before this one
   at::Tensor buffer;                     // 1-D, contiguous, one dtype and device
   std::vector<int64_t> offsets, lengths; // in elements, one per parameter
   std::vector<at::Tensor> params;
@@ -46,10 +63,15 @@ struct GradBucket {
 using CommHook = std::function<c10::intrusive_ptr<c10d::Work>(GradBucket&)>;
 // The default hook: divide by the world size, then all-reduce SUM (Gloo has no AVG).
 CommHook allreduce_average_hook(const Group& group);
+// PyTorch's bf16 compression hook, in C++: cast the bucket into a bf16 copy (kept per bucket across
+// steps), all-reduce SUM in bf16, then cast back into the fp32 bucket and divide by the world size
+// in fp32. The gradients stay views into the fp32 bucket.
+CommHook bf16_compress_hook(const Group& group);
 
 // What happened in the last synchronised step (for tests and benchmarks).
 struct DdpStepStats {
   std::vector<size_t> launch_order;   // bucket indices in launch order
+  std::vector<size_t> ready_order;    // parameter indices in the order their hooks fired
   size_t launched_during_backward = 0; // buckets launched by hooks, before finish was called
 };
 
@@ -81,6 +103,10 @@ class DistributedDataParallel {
   const std::vector<at::Tensor>& params() const { return params_; }
   const DdpStepStats& last_step() const { return last_step_; }
   const DdpOptions& options() const { return options_; }
+  // Synchronised steps so far (finish calls).
+  int64_t steps() const { return steps_done_; }
+  // Bytes this rank hands to the collectives per step (bucket payloads in the comm dtype).
+  int64_t payload_bytes_per_step() const;
 
  private:
   struct Bucket {
@@ -97,8 +123,8 @@ class DistributedDataParallel {
 
   void check_on_group_device(const at::Tensor& t, const char* what, size_t i) const;
   void verify_across_ranks(const std::vector<at::Tensor>& buffers);
-  void broadcast_from_rank0(const std::vector<at::Tensor>& tensors);
-  void build_buckets(int64_t cap_bytes);
+  void build_buckets(const std::vector<std::vector<size_t>>& assignment);
+  void rebuild_buckets_from_ready_order();
   void register_hooks();
   // Marking: called by the hook (or by finish for policies without hooks) once params_[i]'s
   // gradient is complete for this step.
@@ -119,6 +145,9 @@ class DistributedDataParallel {
   std::mutex mutex_;                       // hooks may run on autograd worker threads
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   DdpStepStats step_, last_step_;
+  int64_t cap_bytes_ = 0, first_cap_bytes_ = -1;
+  int64_t steps_done_ = 0;
+  bool rebuilt_ = false;
 };
 
 }  // namespace lmscale::distributed

@@ -34,12 +34,14 @@ struct Rank {
 };
 
 // Environment of one rank: the parent's, with the rank variables replaced.
-std::vector<std::string> rank_environment(int rank, const LaunchOptions& o, int port) {
+std::vector<std::string> rank_environment(int local, const LaunchOptions& o, int port) {
   std::map<std::string, std::string> set = o.extra_env;
-  set["RANK"] = std::to_string(rank);
-  set["LOCAL_RANK"] = std::to_string(rank);
-  set["WORLD_SIZE"] = std::to_string(o.nproc);
+  set["RANK"] = std::to_string(o.node_rank * o.nproc + local);
+  set["LOCAL_RANK"] = std::to_string(local);
+  set["WORLD_SIZE"] = std::to_string(o.nnodes * o.nproc);
   set["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
+  set["GROUP_RANK"] = std::to_string(o.node_rank);
+  set["ROLE_RANK"] = set["RANK"];
   set["MASTER_ADDR"] = o.master_addr;
   set["MASTER_PORT"] = std::to_string(port);
   std::vector<std::string> env;
@@ -101,10 +103,29 @@ int pick_free_port(const std::string& addr) {
   return ntohs(sa.sin_port);
 }
 
-int launch_local(const std::vector<std::string>& argv, const LaunchOptions& o, std::ostream& out,
+void check_launch_options(const LaunchOptions& o) {
+  TORCH_CHECK(o.nproc >= 1, "launch: -n ", o.nproc, " is not a process count; pass 1 or more.");
+  TORCH_CHECK(o.nnodes >= 1, "launch: --nnodes ", o.nnodes, " is not a node count; pass 1 or more.");
+  TORCH_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank, " is not in [0, ",
+              o.nnodes, "); number the machines 0 .. --nnodes - 1.");
+  TORCH_CHECK(o.nnodes == 1 || o.master_port > 0, "launch: --nnodes ", o.nnodes, " needs an explicit --master-port "
+              "(the same on every node) and --master-addr set to node 0's address, e.g. lmscale launch --nnodes 2 "
+              "--node-rank 0 -n 8 --master-addr 10.0.0.1 --master-port 29500 -- bench ddp");
+}
+
+int launch_local(const std::vector<std::string>& argv, const LaunchOptions& given, std::ostream& out,
                  std::ostream& err) {
   TORCH_CHECK(!argv.empty(), "launch: no command given. Usage: lmscale launch -n 2 -- bench comm ...");
-  TORCH_CHECK(o.nproc >= 1, "launch: -n ", o.nproc, " is not a process count; pass 1 or more.");
+  check_launch_options(given);
+  LaunchOptions o = given;
+  // torchrun's rule: ranks sharing a machine each get one OpenMP thread unless the user chose, so N
+  // CPU ranks do not each start one thread per core.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (o.nproc > 1 && (omp == nullptr || *omp == '\0') && !o.extra_env.count("OMP_NUM_THREADS")) {
+    o.extra_env["OMP_NUM_THREADS"] = "1";
+    err << "lmscale launch: OMP_NUM_THREADS=1 in each of the " << o.nproc
+        << " ranks (set OMP_NUM_THREADS to choose another value).\n";
+  }
   const int port = o.master_port > 0 ? o.master_port : pick_free_port(o.master_addr);
   const pid_t parent = getpid();
   std::vector<Rank> ranks(o.nproc);
@@ -172,9 +193,9 @@ int launch_local(const std::vector<std::string>& argv, const LaunchOptions& o, s
       auto [r, s] = who[i];
       ssize_t n = read(fds[i].fd, buf, sizeof(buf));
       if (n > 0) {
-        relay(ranks[r], r, s, buf, static_cast<size_t>(n), s == 0 ? out : err);
+        relay(ranks[r], o.node_rank * o.nproc + r, s, buf, static_cast<size_t>(n), s == 0 ? out : err);
       } else {
-        if (!ranks[r].partial[s].empty()) relay(ranks[r], r, s, "\n", 1, s == 0 ? out : err);
+        if (!ranks[r].partial[s].empty()) relay(ranks[r], o.node_rank * o.nproc + r, s, "\n", 1, s == 0 ? out : err);
         close(ranks[r].fd[s]);
         ranks[r].fd[s] = -1;
       }
@@ -219,7 +240,8 @@ int launch_local(const std::vector<std::string>& argv, const LaunchOptions& o, s
   }
   if (first_failed >= 0) {
     const Rank& f = ranks[first_failed];
-    err << "lmscale launch: rank " << first_failed << " failed first (" << describe(f.status) << ")";
+    err << "lmscale launch: rank " << o.node_rank * o.nproc + first_failed << " failed first (" << describe(f.status)
+        << ")";
     if (!f.last_err_line.empty()) err << ": " << f.last_err_line;
     err << "; stopped the other " << (o.nproc - 1) << " rank(s).\n";
     return exit_code(f.status);

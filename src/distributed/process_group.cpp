@@ -6,7 +6,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <optional>
 
 namespace lmscale::distributed {
@@ -55,7 +63,17 @@ DistEnv env_from_environment() {
   env.local_rank = env_int("LOCAL_RANK", get_env("LOCAL_RANK").value_or("0"), 0, 1 << 20);
   if (auto addr = get_env("MASTER_ADDR")) env.master_addr = *addr;
   if (auto port = get_env("MASTER_PORT")) env.master_port = env_int("MASTER_PORT", *port, 1, 65535);
+  env.local_world_size = env_int("LOCAL_WORLD_SIZE", get_env("LOCAL_WORLD_SIZE").value_or("1"), 1, 1 << 20);
+  env.use_agent_store = get_env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+  env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", get_env("TORCHELASTIC_RESTART_COUNT").value_or("0"), 0,
+                              1 << 20);
   return env;
+}
+
+void require_several_ranks(const DistEnv& env, const std::string& command) {
+  TORCH_CHECK(env.world_size > 1, "`lmscale ", command, "` compares communication between processes, but this is ",
+              "a single process (RANK/WORLD_SIZE are not set). Start several: `lmscale launch -n 2 -- ", command,
+              " ...` on one machine, or `torchrun --nproc-per-node 2 --no-python lmscale ", command, " ...`.");
 }
 
 BackendKind parse_backend(const std::string& name) {
@@ -67,23 +85,91 @@ BackendKind parse_backend(const std::string& name) {
 
 std::string backend_name(BackendKind kind) { return kind == BackendKind::Gloo ? "gloo" : "nccl"; }
 
+int store_listen_socket(const std::string& addr, int port, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string host = addr == "localhost" ? "127.0.0.1" : addr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    why = std::string("cannot resolve ") + addr + ": " + gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 2048) != 0) {
+      why = std::string("cannot listen on ") + addr + ":" + std::to_string(port) + ": " + std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(env.master_port);
+  opts.timeout = timeout;
+  if (env.use_agent_store) {
+    // torchrun's agent serves the store on this address already: starting a second server there is
+    // what printed "The server socket has failed to bind". Connect, under the agent's prefix.
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    auto client = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), client);
+  }
   opts.isServer = env.rank == 0;
   opts.numWorkers = env.world_size;
   opts.waitWorkers = true;
-  opts.timeout = timeout;
+  if (opts.isServer) {
+    // c10d's TCPStore binds every interface; given a socket it serves on that one instead. Bound to
+    // MASTER_ADDR (loopback when every rank is local), the store, which accepts any key from anyone
+    // who connects, is not reachable from other machines.
+    std::string why;
+    const int fd = store_listen_socket(env.master_addr, env.master_port, why);
+    if (fd >= 0)
+      opts.masterListenFd = fd;
+    else
+      std::cerr << "lmscale: warning: the rendezvous store listens on every interface (" << why
+                << "); restrict port " << env.master_port << " with a firewall, or set MASTER_ADDR to an address "
+                << "of this machine.\n";
+  }
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
 }
 
+NcclTuning nccl_tuning_from_env() {
+  NcclTuning t;
+  if (auto v = get_env("LMSCALE_NCCL_MAX_CTAS")) t.max_ctas = env_int("LMSCALE_NCCL_MAX_CTAS", *v, 0, 1024);
+  if (auto v = get_env("LMSCALE_NCCL_MIN_CTAS")) t.min_ctas = env_int("LMSCALE_NCCL_MIN_CTAS", *v, 0, 1024);
+  if (auto v = get_env("LMSCALE_NCCL_HIGH_PRIORITY")) t.high_priority_stream = env_int("LMSCALE_NCCL_HIGH_PRIORITY", *v, 0, 1) == 1;
+  TORCH_CHECK(t.min_ctas == 0 || t.max_ctas == 0 || t.min_ctas <= t.max_ctas, "NCCL min CTAs ", t.min_ctas,
+              " exceed max CTAs ", t.max_ctas, "; lower the minimum or raise the maximum.");
+  return t;
+}
+
+std::string describe(const NcclTuning& t) {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ",") + part; };
+  if (t.max_ctas > 0) add("max-ctas=" + std::to_string(t.max_ctas));
+  if (t.min_ctas > 0) add("min-ctas=" + std::to_string(t.min_ctas));
+  if (t.high_priority_stream) add("high-priority");
+  return s.empty() ? "default" : s;
+}
+
 Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
-                 std::chrono::milliseconds timeout, const std::string& name) {
+                 std::chrono::milliseconds timeout, const std::string& name, const NcclTuning& nccl) {
   Group g;
   g.kind = kind;
   g.rank = env.rank;
   g.world_size = env.world_size;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name + "/" + backend_name(kind), store);
+  g.store = c10::make_intrusive<c10d::PrefixStore>(name + "/" + backend_name(kind) + "/progress", store);
   if (kind == BackendKind::Gloo) {
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     // Loopback when every rank is on this machine: resolving the hostname may give an address the
@@ -97,7 +183,7 @@ Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store,
     g.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size, opts);
     g.device = c10::Device("cpu");
   } else {
-    g.backend = make_nccl_backend(prefixed, env.rank, env.world_size, timeout);
+    g.backend = make_nccl_backend(prefixed, env.rank, env.world_size, timeout, nccl);
     g.device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   }
   return g;

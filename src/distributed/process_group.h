@@ -23,12 +23,21 @@ struct DistEnv {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  int local_world_size = 1;
+  // torchrun's agent already serves a store at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE
+  // =True): every rank, rank 0 included, connects to it as a client, under /worker/attempt_<n>.
+  bool use_agent_store = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
 };
 
 // Reads the torchrun variables. With none set, a single-process world (rank 0 of 1) is returned, so
 // every distributed subcommand also runs alone. Partial or inconsistent settings throw, naming the
 // variable, its value and the fix.
 DistEnv env_from_environment();
+
+// Distributed benchmarks compare processes: alone, they would time nothing and print nonsense
+// bandwidths. Throws, saying how to start several, when env is a single-process world.
+void require_several_ranks(const DistEnv& env, const std::string& command);
 
 enum class BackendKind { Gloo, Nccl };
 // "gloo" | "nccl"; throws listing them otherwise.
@@ -39,6 +48,9 @@ std::string backend_name(BackendKind kind);
 // Gloo, cuda:LOCAL_RANK for NCCL).
 struct Group {
   c10::intrusive_ptr<c10d::Backend> backend;
+  // The rendezvous store under this group's prefix: ranks publish their progress there so that a
+  // failed collective can say which ranks never arrived (fault.h).
+  c10::intrusive_ptr<c10d::Store> store;
   BackendKind kind = BackendKind::Gloo;
   int rank = 0;
   int world_size = 1;
@@ -46,18 +58,39 @@ struct Group {
 };
 
 // The TCPStore every group of this process shares: rank 0 serves it at MASTER_ADDR:MASTER_PORT, the
-// others connect (waiting up to `timeout` for rank 0 to appear).
+// others connect (waiting up to `timeout` for rank 0 to appear). Under torchrun's agent store every
+// rank connects as a client. Rank 0's server listens only on MASTER_ADDR (loopback when every rank
+// is local), not on every interface: see store_listen_socket.
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout);
+
+// A listening TCP socket bound to `addr` (resolved; "localhost" and 127.x give loopback) on `port`,
+// for the TCPStore server to take over; -1 with `why` set when the address cannot be bound here
+// (e.g. a load-balancer address), in which case the caller falls back to every interface.
+int store_listen_socket(const std::string& addr, int port, std::string& why);
+
+// NCCL knobs that trade communication speed for SMs and memory bandwidth left to the backward
+// (issue 18): bounds on the CTAs NCCL launches per collective (its communicator config) and a
+// high-priority communication stream. Zero / false keep NCCL's defaults. Ignored by Gloo.
+struct NcclTuning {
+  int max_ctas = 0;
+  int min_ctas = 0;
+  bool high_priority_stream = false;
+};
+// LMSCALE_NCCL_MAX_CTAS, LMSCALE_NCCL_MIN_CTAS, LMSCALE_NCCL_HIGH_PRIORITY=1.
+NcclTuning nccl_tuning_from_env();
+std::string describe(const NcclTuning& t);  // "default" or e.g. "max-ctas=4,high-priority"
 
 // Builds one backend over `store`, under a key prefix `name` so that several groups (Gloo and NCCL in
 // one benchmark) can share the store. Every rank must call this with the same name and kind.
 Group make_group(BackendKind kind, const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
-                 std::chrono::milliseconds timeout, const std::string& name = "default");
+                 std::chrono::milliseconds timeout, const std::string& name = "default",
+                 const NcclTuning& nccl = nccl_tuning_from_env());
 
 // Built in process_group_nccl.cpp (the only file that includes the NCCL headers); throws on a
 // build without CUDA.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int world_size, std::chrono::milliseconds timeout);
+                                                     int world_size, std::chrono::milliseconds timeout,
+                                                     const NcclTuning& tuning);
 
 // Element-wise maximum over ranks (one small all-reduce on the group's device). Used to report
 // the slowest rank's timings; also works as a barrier.

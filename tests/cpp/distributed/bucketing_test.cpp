@@ -76,3 +76,16 @@ TEST(Bucketing, RejectsNegativeCap) {
   EXPECT_THROW(lmscale::distributed::bucket_cap_bytes(-2.0), c10::Error);
   EXPECT_EQ(lmscale::distributed::bucket_cap_bytes(1.0), 1 << 20);
 }
+
+TEST(Bucketing, FirstBucketHasItsOwnCap) {
+  // Reverse order visits 3, 2, 1, 0; the first bucket closes at 40 bytes, the rest at 80.
+  EXPECT_EQ(assign_buckets(floats({10, 10, 10, 10}), 80, true, 40), (Buckets{{3}, {2, 1}, {0}}));
+  EXPECT_EQ(assign_buckets(floats({10, 10, 10, 10}), 80, true), (Buckets{{3, 2}, {1, 0}}));
+}
+
+TEST(Bucketing, ExplicitOrderPutsUnlistedTensorsLastInReverse) {
+  using lmscale::distributed::assign_buckets_in_order;
+  EXPECT_EQ(assign_buckets_in_order(floats({1, 1, 1, 1}), {1, 3}, 0), (Buckets{{1}, {3}, {2}, {0}}));
+  EXPECT_THROW(assign_buckets_in_order(floats({1, 1}), {1, 1}, 0), c10::Error);
+  EXPECT_THROW(assign_buckets_in_order(floats({1, 1}), {2}, 0), c10::Error);
+}

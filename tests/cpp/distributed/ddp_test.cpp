@@ -86,6 +86,76 @@ void train_and_compare(const Group& g, DdpOptions opts, size_t expected_buckets)
   EXPECT_TRUE(torch::equal(mine.frozen, ref.frozen)) << label << ": frozen parameter changed";
 }
 
+// bf16 communication: each rank's gradient is rounded to bf16 (relative error <= 2^-9), the sum of
+// N of them rounds once per addition, and the average is taken in fp32. The stated tolerance per
+// element is 2^-7 of the largest |gradient| of its tensor plus 2^-7 relative, for up to 4 ranks.
+void bf16_gradients_match(const Group& g) {
+  const uint64_t seed = lmscale::distributed::testing::test_seed();
+  TinyModel ref(seed + 1, g.device), mine(seed + 1 + g.rank, g.device);
+  DdpOptions opts;
+  opts.comm_dtype = CommDtype::Bf16;
+  opts.bucket_mb = 300.0 / (1 << 20);
+  DistributedDataParallel ddp(mine.params(), {mine.scale_buf}, g, opts);
+  const int64_t per_rank = kGlobalBatch / g.world_size;
+  for (int step = 0; step < 3; ++step) {
+    auto batch = global_batch(seed, step, g.device);
+    ref.loss(batch[0], batch[1]).backward();
+    auto lo = g.rank * per_rank;
+    mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
+    ddp.finish_gradient_synchronization();
+    auto r = ref.trainable(), m = mine.trainable();
+    for (size_t k = 0; k < r.size(); ++k) {
+      const double scale = r[k].grad().abs().max().item<double>();
+      const double diff = (m[k].grad() - r[k].grad()).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(m[k].grad(), r[k].grad(), 1.0 / 128, scale / 128))
+          << "bf16 comm, step " << step << ", tensor " << k << ": max diff " << diff << " (max |grad| " << scale << ")";
+      EXPECT_GT(diff, 0.0) << "bf16 comm left the gradient exact: was it communicated in fp32?";
+      EXPECT_EQ(m[k].grad().scalar_type(), torch::kFloat);
+    }
+    EXPECT_EQ(ddp.payload_bytes_per_step(), (V * C + C * C + C) * 2);
+    // Take the same (reference) gradient on both sides so the next step starts equal again.
+    for (size_t k = 0; k < r.size(); ++k) {
+      torch::NoGradGuard no_grad;
+      m[k].sub_(r[k].grad() * 0.1);
+      r[k].sub_(r[k].grad() * 0.1);
+      r[k].mutable_grad().reset();
+    }
+    ddp.zero_grad();
+  }
+}
+
+// Parameters listed out of execution order (gain, w1, emb): the first step buckets them by reverse
+// listing (emb, w1, gain), then the buckets are rebuilt in the order their gradients became ready
+// (gain, w1, emb), and training stays equal to one process throughout.
+void ready_order_rebuild(const Group& g) {
+  const uint64_t seed = lmscale::distributed::testing::test_seed();
+  TinyModel ref(seed + 1, g.device), mine(seed + 1 + g.rank, g.device);
+  DdpOptions opts{DdpStrategy::Overlap, 0};
+  DistributedDataParallel ddp({mine.gain, mine.w1, mine.emb, mine.frozen}, {mine.scale_buf}, g, opts);
+  using Buckets = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(ddp.bucket_assignment(), (Buckets{{2}, {1}, {0}}));
+  auto adamw = torch::optim::AdamWOptions(1e-2);
+  torch::optim::AdamW ref_opt(ref.trainable(), adamw), opt(mine.trainable(), adamw);
+  const int64_t per_rank = kGlobalBatch / g.world_size;
+  for (int step = 0; step < 3; ++step) {
+    auto batch = global_batch(seed, step, g.device);
+    ref.loss(batch[0], batch[1]).backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+    auto lo = g.rank * per_rank;
+    mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
+    ddp.finish_gradient_synchronization();
+    if (step == 0) {
+      EXPECT_EQ(ddp.last_step().ready_order, (std::vector<size_t>{0, 1, 2}));
+    }
+    EXPECT_EQ(ddp.bucket_assignment(), (Buckets{{0}, {1}, {2}})) << "step " << step;
+    opt.step();
+    ddp.zero_grad();
+    for (size_t k = 0; k < 3; ++k)
+      expect_close(mine.trainable()[k], ref.trainable()[k], "ready-order rebuild, step " + std::to_string(step));
+  }
+}
+
 }  // namespace
 
 TEST(DistDdpWorker, DISABLED_MatchesSingleProcess) {
@@ -98,6 +168,9 @@ TEST(DistDdpWorker, DISABLED_MatchesSingleProcess) {
   train_and_compare(g, {DdpStrategy::Bucketed, 100.0 / (1 << 20)}, 3);  // cap below one tensor
   train_and_compare(g, {DdpStrategy::Bucketed, 300.0 / (1 << 20)}, 2);  // {gain, w1}, {emb}
   train_and_compare(g, {DdpStrategy::Bucketed, 1.0}, 1);                // larger than everything
+  train_and_compare(g, {DdpStrategy::Bucketed, 1.0, 100.0 / (1 << 20)}, 2);  // small first bucket {gain}
+  bf16_gradients_match(g);
+  ready_order_rebuild(g);
 }
 
 TEST(DistDdp, EveryPolicyMatchesSingleProcessTraining) {
