@@ -5,7 +5,8 @@
 //     -lineinfo -Isrc tools/flash_hopper_probe.cu src/kernels/hopper/*.cu -o build-probe/flash_hopper_probe
 //
 //   flash_hopper_probe check                    bf16/fp16 x d 64/80/128 x causal, odd lengths and strides, vs fp64
-//   flash_hopper_probe time B H S D causal [dtype] [iters]   Hopper vs the mma.sync forward, CUDA-event median
+//   flash_hopper_probe time B H S D causal [dtype] [iters] [all]   Hopper vs mma.sync (all: + variants), median ms
+//   flash_hopper_probe variants                 every variant of variants<D>() vs fp64 on odd sizes
 //   flash_hopper_probe small                    one small config per kernel (for compute-sanitizer)
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
@@ -24,6 +25,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_fwd_launch.cuh"
+#include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
 
 namespace lk = lmscale::kernels;
@@ -84,7 +86,7 @@ lk::FlashParams make_params(const Case& c, const Layout& L, void* q, void* k, vo
 }
 
 // Max |O - O_ref| / max(max |O_ref|, 1) and max |L - L_ref| over sampled rows (every row up to 1024).
-int check_case(const Case& c, std::mt19937& rng) {
+int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::FlashParams&, cudaStream_t) = nullptr) {
   const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<uint16_t> hq(L.elems), hk(L.elems), hv(L.elems);
@@ -105,7 +107,10 @@ int check_case(const Case& c, std::mt19937& rng) {
     std::printf("check SKIP %s\n", why.c_str());
     return 1;
   }
-  lk::hopper::run_fwd(p, nullptr);
+  if (variant)
+    variant(p, nullptr);
+  else
+    lk::hopper::run_fwd(p, nullptr);
   CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> ho(L.elems);
   std::vector<float> hl(int64_t(c.b) * c.h * c.s);
@@ -206,7 +211,30 @@ void run_mma_sync(const lk::FlashParams& p) {
   if (p.head_dim == 128) go(std::integral_constant<int, 128>{});
 }
 
-int time(const Case& c, int iters) {
+// Variants of the Hopper forward timed next to the shipped one (bf16): key tile, consumer groups, ping-pong.
+using VariantFn = bool (*)(const lk::FlashParams&, cudaStream_t);
+struct Variant {
+  const char* name;
+  VariantFn fn;
+};
+template <int D, int N, int C, bool PP>
+Variant variant(const char* name) {
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
+}
+// Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
+template <int D>
+std::vector<Variant> variants() {
+  if constexpr (D == 64)
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
+  else if constexpr (D == 80)
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
+            variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
+  else
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
+}
+
+int time(const Case& c, int iters, bool all) {
   const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
   void *q, *k, *v, *o;
   float* lse;
@@ -225,9 +253,33 @@ int time(const Case& c, int iters) {
   const float tm = median_ms([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); }, iters);
   std::printf("time %s b=%d h=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
               c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, th, flop / th / 1e9, tm, flop / tm / 1e9);
+  if (all && c.bf16) {
+    const auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
+    for (const auto& var : vs) {
+      const float t = median_ms([&] { var.fn(p, nullptr); }, iters);
+      std::printf("  variant %-9s %.3f ms (%.0f TFLOP/s)\n", var.name, t, flop / t / 1e9);
+    }
+  }
   for (void* x : {q, k, v, o}) CHECK(cudaFree(x));
   CHECK(cudaFree(lse));
   return 0;
+}
+
+// Every variant against fp64 on a few odd sizes (bf16): a variant must be correct before it is timed.
+int check_variants() {
+  int failures = 0;
+  std::mt19937 rng(99);
+  for (int d : {64, 80, 128}) {
+    const auto vs = d == 64 ? variants<64>() : d == 80 ? variants<80>() : variants<128>();
+    for (const auto& var : vs)
+      for (bool causal : {false, true})
+        for (int s : {77, 700}) {
+          std::printf("[%s] ", var.name);
+          failures += check_case({1, 2, s, d, causal, true, false, d}, rng, var.fn);
+        }
+  }
+  std::printf("check_variants: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
 }
 
 }  // namespace
@@ -237,13 +289,14 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "check";
     if (mode == "check") return check(false);
     if (mode == "small") return check(true);
+    if (mode == "variants") return check_variants();
     if (mode == "time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
                    std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
-      return time(c, argc > 8 ? std::atoi(argv[8]) : 20);
+      return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
-    std::fprintf(stderr, "usage: flash_hopper_probe check | small | time B H S D causal [bf16|fp16] [iters]\n");
+    std::fprintf(stderr, "usage: flash_hopper_probe check | small | variants | time B H S D causal [bf16|fp16] [iters] [all]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

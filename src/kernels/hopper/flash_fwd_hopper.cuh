@@ -1,14 +1,16 @@
 // FlashAttention forward for Hopper (sm_90a), docs/spec.md §3: same contract as the mma.sync kernel
 // (flash_fwd_kernel.cuh) — O in the input dtype, L = m + log l in fp32 — built on the Hopper machinery:
 //
-//   * warp specialisation: warpgroup 0 is the producer (one thread issues TMA tile loads, the rest of the
-//     group gives its registers away with setmaxnreg); warpgroups 1 and 2 are consumers, each owning 64
-//     of the block's 128 query rows and keeping O, m and l in registers (setmaxnreg raises them to 240);
+//   * warp specialisation: warpgroup 0 is the producer (one thread issues TMA tile loads, the group gives
+//     its registers away with setmaxnreg); warpgroups 1..kConsumers are consumers, each owning 64 query
+//     rows of the block and keeping O, m and l in registers (setmaxnreg hands them the rest of the file);
 //   * TMA: Q once, then K and V tiles through a kStages-deep ring of shared-memory slots, each slot
 //     guarded by a "full" mbarrier (TMA bytes landed) and an "empty" mbarrier (both consumers done);
 //   * wgmma: S = Q K^T with both operands in shared memory, O += P V with P straight from registers;
 //   * intra-warpgroup overlap: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are both in flight while the
-//     exponentials of tile j+1 run, so the tensor cores wait on softmax only for the first tile.
+//     exponentials of tile j+1 run, so the tensor cores wait on softmax only for the first tile;
+//   * optional ping-pong between two consumer groups (Note [ping-pong]), so one group's softmax also
+//     hides under the other group's GEMMs.
 //
 // Tiles are stored exactly as TMA writes them with the 128- (or 64-) byte swizzle: a (rows x D) tile is
 // kChunks column chunks of kSwizzleElems elements, each chunk rows x kSwizzleBytes, swizzled in 8-row
@@ -27,26 +29,52 @@
 
 namespace lmscale::kernels::hopper {
 
-template <typename T, int D>
+// One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
+// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
 struct FwdConfig {
-  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows (one wgmma M each)
-  static constexpr int kBlockN = 128;
+  using T = T_;
+  static constexpr int D = D_;
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
+  static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
+  static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
   // chunks (TMA zero-fills columns 80..95, so they add nothing to Q K^T). O keeps exactly D columns.
   static constexpr int kSwizzleBytes = D % 64 == 0 ? 128 : 64;
   static constexpr int kSwizzleElems = kSwizzleBytes / 2;
   static constexpr int kDPad = (D + kSwizzleElems - 1) / kSwizzleElems * kSwizzleElems;
   static constexpr int kChunks = kDPad / kSwizzleElems;
-  static constexpr int kStages = kDPad >= 128 ? 2 : 3;
   static constexpr int kQBytes = kBlockM * kDPad * 2;
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // one K (or V) slot
-  static constexpr int kThreads = 384;
+  // As many K/V stages as fit next to Q in 227 KB (at most 4).
+  static constexpr int kStages = (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes) > 4
+                                     ? 4
+                                     : (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes);
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8 > 240
+                                           ? 240
+                                           : ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8;
   // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
   // and the descriptors assume atom-aligned bases), then the barriers.
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (1 + 4 * kStages) * 8 + 1024;  // + alignment slack
+  static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
 };
+
+// The shipped variant per head dim, from the variant sweep of tools/flash_hopper_probe.cu on an H100
+// (docs/flash_notes.md, Hopper v2): d=64 is exp-bound (MUFU work equals tensor work per tile), so it
+// takes longer key tiles and ping-pong; d=80 (seq 2048 in the 2.7B model) gains most from a third
+// consumer group (192-row blocks); d=128 is tensor-bound and keeps 128 x 128 with two groups.
+constexpr int shipped_block_n(int d) { return d == 64 ? 176 : 128; }
+constexpr int shipped_consumers(int d) { return d == 80 ? 3 : 2; }
+constexpr bool shipped_ping_pong(int d) { return d == 64; }
+template <typename T, int D>
+using FwdShipped = FwdConfig<T, D, shipped_block_n(D), shipped_consumers(D), shipped_ping_pong(D)>;
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -72,10 +100,11 @@ struct FwdMaps {
 // keys are one atom further (stride byte offset), the next column chunk a whole chunk further (leading
 // byte offset), and a 16-key step advances 16 rows.
 
-template <typename T, int D, bool Causal>
-__global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
-                                                                   const FlashParams p) {
-  using C = FwdConfig<T, D>;
+template <typename C, bool Causal>
+__global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
+                                                                          const FlashParams p) {
+  using T = typename C::T;
+  constexpr int D = C::D;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
   constexpr int kSwB = C::kSwizzleBytes, kSwE = C::kSwizzleElems, kChunks = C::kChunks;
   constexpr int kAtomBytes = 8 * kSwB;
@@ -105,8 +134,8 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
-      mbar_init(&k_empty[s], 8);  // one arrival per consumer warp
-      mbar_init(&v_empty[s], 8);
+      mbar_init(&k_empty[s], 4 * C::kConsumers);  // one arrival per consumer warp
+      mbar_init(&v_empty[s], 4 * C::kConsumers);
     }
     mbar_init_fence();
   }
@@ -114,7 +143,7 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
-    regs_release<24>();
+    regs_release<C::kProducerRegs>();
     if (threadIdx.x == 0) {
       tma_prefetch_map(&maps.q);
       tma_prefetch_map(&maps.k);
@@ -143,8 +172,8 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
   }
 
   // ------------------------------------------------------------------ consumers
-  regs_claim<240>();
-  const int wg = warpgroup - 1;               // 0 or 1: rows [64 wg, 64 wg + 64) of the block
+  regs_claim<C::kConsumerRegs>();
+  const int wg = warpgroup - 1;               // rows [64 wg, 64 wg + 64) of the block
   const int t = threadIdx.x % 128;            // thread in the warpgroup
   const int warp = t / 32, lane = t % 32;
   // This thread's two rows of every accumulator (wgmma D fragment: like mma.sync m16n8, per warp).
@@ -247,6 +276,20 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
       acc_o[4 * i + 2] *= fb, acc_o[4 * i + 3] *= fb;
     }
   };
+  // Note [ping-pong]. With kPingPong the two consumer warpgroups take turns issuing their GEMMs (named
+  // barriers 1 and 2): while one group's wgmmas run, the other does its softmax, so the exponentials of
+  // one group hide under the other's tensor-core work on top of the overlap inside each group. Every
+  // issue is bracketed by turn_begin / turn_end; group 1 starts by handing group 0 the first turn and
+  // skips its last hand-over, so every bar.sync meets exactly one bar.arrive.
+  auto turn_begin = [&] {
+    if constexpr (C::kPingPong) named_sync(1 + wg, 256);
+  };
+  auto turn_end = [&](bool last) {
+    if constexpr (C::kPingPong)
+      if (!(last && wg == 1)) named_arrive(1 + (wg ^ 1), 256);
+  };
+  if constexpr (C::kPingPong)
+    if (wg == 1) named_arrive(1, 256);
   auto needs_mask = [&](int n0) { return n0 + kBlockN > p.seqlen_k || (Causal && n0 + kBlockN - 1 > m0); };
 
   mbar_wait(q_full, 0);
@@ -254,9 +297,11 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
   {
     const int n0 = (n_tiles - 1) * kBlockN;
     mbar_wait(&k_full[0], 0);
+    turn_begin();
     wgmma_fence();
     issue_qk(0);
     wgmma_commit();
+    turn_end(false);
     wgmma_wait<0>();
     fence_regs(s_acc);
     __syncwarp();
@@ -271,12 +316,14 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
     const int s = it % kStages, s_prev = (it - 1) % kStages;
     const uint32_t parity = (it / kStages) & 1, parity_prev = ((it - 1) / kStages) & 1;
     mbar_wait(&k_full[s], parity);
+    mbar_wait(&v_full[s_prev], parity_prev);
+    turn_begin();
     wgmma_fence();
     issue_qk(s);
     wgmma_commit();
-    mbar_wait(&v_full[s_prev], parity_prev);
     issue_pv(s_prev);
     wgmma_commit();
+    turn_end(false);
     wgmma_wait<1>();  // S of this tile is done; P V of the previous one may still run
     fence_regs(s_acc);
     __syncwarp();
@@ -295,9 +342,11 @@ __global__ void __launch_bounds__(384, 1) flash_fwd_hopper_kernel(const __grid_c
   {
     const int s_last = (n_tiles - 1) % kStages;
     mbar_wait(&v_full[s_last], ((n_tiles - 1) / kStages) & 1);
+    turn_begin();
     wgmma_fence();
     issue_pv(s_last);
     wgmma_commit();
+    turn_end(true);
     wgmma_wait<0>();
     fence_regs(acc_o);
     fence_regs(p_frag);
