@@ -4,10 +4,10 @@
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 --use_fast_math --expt-relaxed-constexpr \
 //     -lineinfo -Isrc tools/flash_hopper_probe.cu src/kernels/hopper/*.cu -o build-probe/flash_hopper_probe
 //
-//   flash_hopper_probe check                    bf16/fp16 x d 64/80/128 x causal, odd lengths and strides, vs fp64
+//   flash_hopper_probe check [D]                bf16/fp16 x d 64/80/128 (or D) x causal, odd lengths and strides, vs fp64
 //   flash_hopper_probe time B H S D causal [dtype] [iters] [all]   Hopper vs mma.sync (all: + variants), median ms
 //   flash_hopper_probe variants                 every variant of variants<D>() vs fp64 on odd sizes
-//   flash_hopper_probe small                    one small config per kernel (for compute-sanitizer)
+//   flash_hopper_probe small [D]                one small config per kernel (for compute-sanitizer)
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -158,12 +158,13 @@ int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::Flash
   return ok ? 0 : 1;
 }
 
-int check(bool small) {
+int check(bool small, int only_d) {
   std::mt19937 rng(1234);
   int failures = 0;
   for (bool bf : {true, false})
     for (int d : {64, 80, 128})
       for (bool causal : {false, true}) {
+        if (only_d && d != only_d) continue;
         if (small) {
           failures += check_case({1, 2, 130, d, causal, bf, false, d}, rng);
           continue;
@@ -287,8 +288,9 @@ int check_variants() {
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "check";
-    if (mode == "check") return check(false);
-    if (mode == "small") return check(true);
+    const int only_d = argc > 2 && mode != "time" ? std::atoi(argv[2]) : 0;
+    if (mode == "check") return check(false, only_d);
+    if (mode == "small") return check(true, only_d);
     if (mode == "variants") return check_variants();
     if (mode == "time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
@@ -296,7 +298,7 @@ int main(int argc, char** argv) {
                    std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
       return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
-    std::fprintf(stderr, "usage: flash_hopper_probe check | small | variants | time B H S D causal [bf16|fp16] [iters] [all]\n");
+    std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());
