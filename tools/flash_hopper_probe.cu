@@ -27,6 +27,7 @@
 #include "kernels/flash_fwd_launch.cuh"
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
+#include "probe_timing.h"
 
 namespace lk = lmscale::kernels;
 #define CHECK(x) LMSCALE_CUDA_CHECK(x)
@@ -177,25 +178,6 @@ int check(bool small, int only_d) {
       }
   std::printf("check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
-}
-
-template <typename F>
-float median_ms(F&& f, int iters) {
-  cudaEvent_t a, z;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&z));
-  std::vector<float> ms;
-  for (int i = 0; i < iters + 3; ++i) {
-    CHECK(cudaEventRecord(a));
-    f();
-    CHECK(cudaEventRecord(z));
-    CHECK(cudaEventSynchronize(z));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, z));
-    if (i >= 3) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 template <typename T>
