@@ -22,6 +22,7 @@
 
 #include "kernels/flash_bwd_launch.cuh"
 #include "kernels/flash_fwd_launch.cuh"
+#include "probe_timing.h"
 
 namespace lk = lmscale::kernels;
 using bf16 = __nv_bfloat16;
@@ -238,25 +239,6 @@ int check() {
   }
   std::printf("check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
-}
-
-template <typename F>
-float median_ms(F&& f, int iters) {
-  cudaEvent_t a, z;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&z));
-  std::vector<float> ms;
-  for (int i = 0; i < iters + 2; ++i) {
-    CHECK(cudaEventRecord(a));
-    f();
-    CHECK(cudaEventRecord(z));
-    CHECK(cudaEventSynchronize(z));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, z));
-    if (i >= 2) ms.push_back(t);  // two warm-up runs
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 int time(const Problem& pr, int iters) {

@@ -21,6 +21,9 @@
 #include "core/timer.h"
 #include "model/attention.h"
 #include "ops/flash_attention.h"
+#ifdef LMSCALE_HAS_KERNELS
+#include "kernels/flash_params.h"
+#endif
 
 namespace lmscale {
 
@@ -58,7 +61,27 @@ class SdpaOnly {
   std::array<bool, 4> saved_{};
 };
 
+// lmscale-hopper / lmscale-fa2: lmscale-flash with the forward's kernel family forced (FlashPath), so
+// the sm_90a kernels and the mma.sync ones can be compared in one run; lmscale-flash is the automatic
+// choice. The backward runs the mma.sync kernels in all three.
+AttentionFn forced_path_fn(const std::string& impl) {
+#ifdef LMSCALE_HAS_KERNELS
+  const auto path = impl == "lmscale-hopper" ? kernels::FlashPath::kHopper : kernels::FlashPath::kMmaSync;
+  return [path](auto& q, auto& k, auto& v, bool c) {
+    struct Restore {
+      kernels::FlashPath saved = kernels::default_flash_path();
+      ~Restore() { kernels::set_default_flash_path(saved); }
+    } restore;
+    kernels::set_default_flash_path(path);
+    return ops::flash_attention(q, k, v, c);
+  };
+#else
+  TORCH_CHECK(false, "bench attention: ", impl, " needs the CUDA kernels, which this build does not have");
+#endif
+}
+
 AttentionFn impl_fn(const std::string& impl) {
+  if (impl == "lmscale-hopper" || impl == "lmscale-fa2") return forced_path_fn(impl);
   if (impl == "lmscale-flash") return [](auto& q, auto& k, auto& v, bool c) { return ops::flash_attention(q, k, v, c); };
   if (impl == "torch-naive") return [](auto& q, auto& k, auto& v, bool c) { return naive_attention(q, k, v, c); };
   const std::string backend = impl.substr(std::string("sdpa-").size());
@@ -293,7 +316,7 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
         for (auto s : or_default(opts.seqs, seqs))
           grid.push_back({opts.batch ? opts.batch : 1, opts.heads ? opts.heads : 1, s, d, dt, opts.causal});
   }
-  const auto impls = or_default(opts.impls, attention_impls());
+  const auto impls = or_default(opts.impls, attention_default_impls());
   const int iters = opts.iters ? opts.iters : (leaderboard ? 50 : 20);
   MarkdownTable t({"dtype", "d", "seq", "impl", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s",
                    "fwd+bwd vs lmscale-flash"});
@@ -328,7 +351,8 @@ void run_attention_bench(const AttentionBenchOptions& opts) {
   set_run_gpu(device_name(device));
   for (const auto& impl : opts.impls)
     TORCH_CHECK(std::find(attention_impls().begin(), attention_impls().end(), impl) != attention_impls().end(),
-                "bench attention: --impl ", impl, " is unknown; choose from lmscale-flash, sdpa-flash, sdpa-cudnn, "
+                "bench attention: --impl ", impl, " is unknown; choose from lmscale-flash, lmscale-hopper, lmscale-fa2, "
+                "sdpa-flash, sdpa-cudnn, "
                 "sdpa-mem-efficient, torch-naive");
   if (opts.mode == "sweep")
     run_sweep(opts, device);

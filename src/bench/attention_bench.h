@@ -9,8 +9,14 @@
 
 namespace lmscale {
 
-// The implementations compared; names are the records' `impl`.
+// The implementations compared; names are the records' `impl`. lmscale-hopper / lmscale-fa2 (lmscale-flash
+// with the forward's kernel family forced) run only when named with --impl.
 inline const std::vector<std::string>& attention_impls() {
+  static const std::vector<std::string> names = {"lmscale-flash", "lmscale-hopper",     "lmscale-fa2", "sdpa-flash",
+                                                 "sdpa-cudnn",    "sdpa-mem-efficient", "torch-naive"};
+  return names;
+}
+inline const std::vector<std::string>& attention_default_impls() {
   static const std::vector<std::string> names = {"lmscale-flash", "sdpa-flash", "sdpa-cudnn", "sdpa-mem-efficient",
                                                  "torch-naive"};
   return names;

@@ -13,7 +13,8 @@ LMSCALE_SUBCOMMAND("bench", "attention", "attention sweep, FlashAttention benchm
   app.add_option("--head-dim", opts->head_dims, "head dims (default 16 32 64 128)");
   app.add_option("--dtype", opts->dtypes, "dtypes: bf16 fp16 fp32 (default: sweep fp32, flash bf16 fp32)");
   app.add_option("--impl", opts->impls,
-                 "implementations: lmscale-flash sdpa-flash sdpa-cudnn sdpa-mem-efficient torch-naive (default all)");
+                 "implementations: lmscale-flash lmscale-hopper lmscale-fa2 sdpa-flash sdpa-cudnn sdpa-mem-efficient "
+                 "torch-naive (default: all but lmscale-hopper / lmscale-fa2, which force the forward's kernel family)");
   app.add_option("--batch", opts->batch, "batch size (default: sweep 8, others 1)");
   app.add_option("--heads", opts->heads, "heads (default: sweep none, flash 1, leaderboard 16)");
   app.add_flag("--no-causal", *no_causal, "no causal mask (the sweep is always non-causal)");

@@ -5,11 +5,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/flash_params.h"
 #include "kernels/flash_variants.h"
+#ifdef LMSCALE_FA_HOPPER
+#include "kernels/hopper/flash_hopper.h"
+#endif
 
 namespace lmscale::kernels {
 
@@ -92,7 +96,37 @@ std::string flash_supported_list() {
   return (dtypes.empty() ? "none" : dtypes) + " x head_dim {" + dims + "}";
 }
 
-void run_flash_fwd(const FlashParams& params, void* stream) { dispatch<false>(params, stream); }
+// ---- Hopper path (issue 17): the sm_90a kernels of src/kernels/hopper/ where they apply (FlashPath).
+namespace {
+std::atomic<int> g_default_path{static_cast<int>(FlashPath::kAuto)};
+
+// True when the Hopper forward ran; false when the mma.sync kernels should.
+bool run_hopper_fwd_if_chosen(const FlashParams& p, void* stream) {
+  const FlashPath path = p.path != FlashPath::kAuto ? p.path : default_flash_path();
+  if (path == FlashPath::kMmaSync) return false;
+#ifdef LMSCALE_FA_HOPPER
+  const std::string why = hopper::fwd_unsupported_reason(p);
+  if (why.empty()) {
+    hopper::run_fwd(p, stream);
+    return true;
+  }
+  if (path == FlashPath::kHopper) throw std::runtime_error("run_flash_fwd: the Hopper path was forced but " + why);
+#else
+  if (path == FlashPath::kHopper)
+    throw std::runtime_error("run_flash_fwd: the Hopper path was forced but this build has no Hopper kernels "
+                             "(configure with LMSCALE_FA_HOPPER=ON)");
+#endif
+  return false;
+}
+}  // namespace
+
+void set_default_flash_path(FlashPath path) { g_default_path.store(static_cast<int>(path)); }
+FlashPath default_flash_path() { return static_cast<FlashPath>(g_default_path.load()); }
+
+void run_flash_fwd(const FlashParams& params, void* stream) {
+  if (run_hopper_fwd_if_chosen(params, stream)) return;
+  dispatch<false>(params, stream);
+}
 void run_flash_bwd(const FlashParams& params, void* stream) { dispatch<true>(params, stream); }
 
 }  // namespace lmscale::kernels

@@ -9,6 +9,12 @@ namespace lmscale::kernels {
 
 enum class FlashDtype { kBF16 = 0, kFP16 = 1 };
 
+// Which kernel family runs the forward: kAuto picks the sm_90a wgmma/TMA kernels (src/kernels/hopper/)
+// when they apply (device sm_90, dtype and head dim built, strides TMA can describe) and the mma.sync
+// kernels otherwise; kMmaSync / kHopper force one (kHopper throws, naming the reason, where it cannot
+// run). The backward always runs the mma.sync kernels for now (docs/flash_notes.md, Hopper section).
+enum class FlashPath { kAuto = 0, kMmaSync = 1, kHopper = 2 };
+
 // Element strides (not bytes). The last dim (D) must be contiguous and every row start 16-byte aligned
 // (the kernels move rows with 16-byte cp.async); ops/ checks this before filling the struct.
 struct FlashParams {
@@ -39,7 +45,13 @@ struct FlashParams {
   float scale = 0.f;  // softmax scale, 1/sqrt(D) by default
   bool is_causal = false;  // query i sees keys j <= i; requires seqlen_q == seqlen_k
   FlashDtype dtype = FlashDtype::kBF16;
+  FlashPath path = FlashPath::kAuto;  // kAuto: the process default below decides
 };
+
+// The process-wide path for params whose `path` is kAuto (itself kAuto by default). `lmscale bench
+// attention --impl lmscale-hopper / lmscale-fa2` sets it around its timings; the ops never do.
+void set_default_flash_path(FlashPath path);
+FlashPath default_flash_path();
 
 // True when this build holds kernels for (dtype, head_dim); see LMSCALE_FA_HEADDIMS / _DTYPES.
 bool flash_supported(FlashDtype dtype, int head_dim);

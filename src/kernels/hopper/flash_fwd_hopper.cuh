@@ -1,0 +1,382 @@
+// FlashAttention forward for Hopper (sm_90a), docs/spec.md §3: same contract as the mma.sync kernel
+// (flash_fwd_kernel.cuh) — O in the input dtype, L = m + log l in fp32 — built on the Hopper machinery:
+//
+//   * warp specialisation: warpgroup 0 is the producer (one thread issues TMA tile loads, the group gives
+//     its registers away with setmaxnreg); warpgroups 1..kConsumers are consumers, each owning 64 query
+//     rows of the block and keeping O, m and l in registers (setmaxnreg hands them the rest of the file);
+//   * TMA: Q once, then K and V tiles through a kStages-deep ring of shared-memory slots, each slot
+//     guarded by a "full" mbarrier (TMA bytes landed) and an "empty" mbarrier (both consumers done);
+//   * wgmma: S = Q K^T with both operands in shared memory, O += P V with P straight from registers;
+//   * intra-warpgroup overlap: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are both in flight while the
+//     exponentials of tile j+1 run, so the tensor cores wait on softmax only for the first tile;
+//   * optional ping-pong between two consumer groups (Note [ping-pong]), so one group's softmax also
+//     hides under the other group's GEMMs.
+//
+// Tiles are stored exactly as TMA writes them with the 128- (or 64-) byte swizzle: a (rows x D) tile is
+// kChunks column chunks of kSwizzleElems elements, each chunk rows x kSwizzleBytes, swizzled in 8-row
+// atoms. The wgmma descriptors below describe that layout directly (Note [descriptors]).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/flash_params.h"
+#include "kernels/hopper/hopper_ptx.cuh"
+#include "kernels/hopper/wgmma_ops.cuh"
+
+namespace lmscale::kernels::hopper {
+
+// One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
+// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
+struct FwdConfig {
+  using T = T_;
+  static constexpr int D = D_;
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
+  static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
+  static constexpr int kBlockN = kBlockN_;
+  // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
+  // chunks (TMA zero-fills columns 80..95, so they add nothing to Q K^T). O keeps exactly D columns.
+  static constexpr int kSwizzleBytes = D % 64 == 0 ? 128 : 64;
+  static constexpr int kSwizzleElems = kSwizzleBytes / 2;
+  static constexpr int kDPad = (D + kSwizzleElems - 1) / kSwizzleElems * kSwizzleElems;
+  static constexpr int kChunks = kDPad / kSwizzleElems;
+  static constexpr int kQBytes = kBlockM * kDPad * 2;
+  static constexpr int kKVBytes = kBlockN * kDPad * 2;  // one K (or V) slot
+  // As many K/V stages as fit next to Q in 227 KB (at most 4).
+  static constexpr int kStages = (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes) > 4
+                                     ? 4
+                                     : (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes);
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8 > 240
+                                           ? 240
+                                           : ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8;
+  // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
+  // and the descriptors assume atom-aligned bases), then the barriers.
+  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 4 * kStages) * 8 + 1024;  // + alignment slack
+  static_assert(kStages >= 2, "K/V need double buffering");
+  static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
+};
+
+// The shipped variant per head dim, from the variant sweeps of tools/flash_hopper_probe.cu on an H100
+// (docs/flash_notes.md, Hopper v2 and v3): d=64 is exp-bound (MUFU work equals tensor work per tile), so
+// it takes longer key tiles and ping-pong; d=80 (seq 2048 in the 2.7B model) gains most from a third
+// consumer group (192-row blocks) with 96-key tiles, the largest that fit 128 registers per thread
+// without serialising the wgmmas; d=128 is tensor-bound and keeps 128 x 128 with two groups.
+constexpr int shipped_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; }
+constexpr int shipped_consumers(int d) { return d == 80 ? 3 : 2; }
+constexpr bool shipped_ping_pong(int d) { return d == 64; }
+template <typename T, int D>
+using FwdShipped = FwdConfig<T, D, shipped_block_n(D), shipped_consumers(D), shipped_ping_pong(D)>;
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+struct FwdMaps {
+  CUtensorMap q, k, v;
+};
+
+// Note [descriptors]. K-major operands (Q as A, K as B of S = Q K^T): each 16-wide k step of the
+// contraction lies inside one swizzle row, so the descriptor starts at chunk + 32 bytes * step, the 8-row
+// atoms are kSwizzleBytes * 8 apart (stride byte offset) and the leading offset is unused. V as the B
+// operand of O = P V is N-major (D contiguous): one atom is 8 keys x kSwizzleElems columns; the next 8
+// keys are one atom further (stride byte offset), the next column chunk a whole chunk further (leading
+// byte offset), and a 16-key step advances 16 rows.
+
+template <typename C, bool Causal>
+__global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
+                                                                          const FlashParams p) {
+  using T = typename C::T;
+  constexpr int D = C::D;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  constexpr int kSwB = C::kSwizzleBytes, kSwE = C::kSwizzleElems, kChunks = C::kChunks;
+  constexpr int kAtomBytes = 8 * kSwB;
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sQ = smem;
+  unsigned char* sK = sQ + C::kQBytes;
+  unsigned char* sV = sK + kStages * C::kKVBytes;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
+  uint64_t* q_full = bar;
+  uint64_t* k_full = bar + 1;
+  uint64_t* k_empty = k_full + kStages;
+  uint64_t* v_full = k_empty + kStages;
+  uint64_t* v_empty = v_full + kStages;
+
+  // Heaviest causal query tiles first (Note [grid order] in flash_fwd_kernel.cuh).
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int m0 = m_block * kBlockM;
+  const int n_end = Causal ? min(p.seqlen_k, m0 + kBlockM) : p.seqlen_k;
+  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&k_full[s], 1);
+      mbar_init(&v_full[s], 1);
+      mbar_init(&k_empty[s], 4 * C::kConsumers);  // one arrival per consumer warp
+      mbar_init(&v_empty[s], 4 * C::kConsumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---------------------------------------------------------------- producer
+    regs_release<C::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_map(&maps.q);
+      tma_prefetch_map(&maps.k);
+      tma_prefetch_map(&maps.v);
+      mbar_arrive_expect_tx(q_full, C::kQBytes);
+      for (int c = 0; c < kChunks; ++c)
+        tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, m0, h, b);
+      // Key tiles are walked from the last to the first, so the masked ones (diagonal, tail) come first.
+      for (int it = 0; it < n_tiles; ++it) {
+        const int n0 = (n_tiles - 1 - it) * kBlockN;
+        const int s = it % kStages;
+        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
+        unsigned char* k_slot = sK + s * C::kKVBytes;
+        unsigned char* v_slot = sV + s * C::kKVBytes;
+        mbar_wait(&k_empty[s], free_parity);
+        mbar_arrive_expect_tx(&k_full[s], C::kKVBytes);
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(k_slot + c * kBlockN * kSwB, &maps.k, &k_full[s], c * kSwE, n0, h, b);
+        mbar_wait(&v_empty[s], free_parity);
+        mbar_arrive_expect_tx(&v_full[s], C::kKVBytes);
+        for (int c = 0; c < kChunks; ++c)
+          tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, n0, h, b);
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------ consumers
+  regs_claim<C::kConsumerRegs>();
+  const int wg = warpgroup - 1;               // rows [64 wg, 64 wg + 64) of the block
+  const int t = threadIdx.x % 128;            // thread in the warpgroup
+  const int warp = t / 32, lane = t % 32;
+  // This thread's two rows of every accumulator (wgmma D fragment: like mma.sync m16n8, per warp).
+  const int row_a = m0 + wg * 64 + warp * 16 + lane / 4;
+  const int row_b = row_a + 8;
+  const int col_in_tile = 2 * (lane % 4);     // + 8 i + {0, 1} for the i-th 8-column block
+
+  const uint32_t q_base = smem_addr(sQ) + wg * 64 * kSwB;
+  const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
+
+  const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+  float acc_o[D / 2];
+  float s_acc[kBlockN / 2];
+  uint32_t p_frag[kBlockN / 16][4];
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
+
+  // S = Q K^T for the K tile in slot s (issue only).
+  auto issue_qk = [&](int s) {
+    const uint32_t k_slot = k_base + s * C::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < C::kDPad / 16; ++kk) {
+      const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
+      const uint64_t da = smem_desc<kSwB>(q_base + c * kBlockM * kSwB + off, 16, kAtomBytes);
+      const uint64_t db = smem_desc<kSwB>(k_slot + c * kBlockN * kSwB + off, 16, kAtomBytes);
+      wgmma_ss<T, kBlockN>(s_acc, da, db, kk > 0);
+    }
+  };
+  // O += P V for the V tile in slot s (issue only).
+  auto issue_pv = [&](int s) {
+    const uint32_t v_slot = v_base + s * C::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t db = smem_desc<kSwB>(v_slot + kk * 16 * kSwB, kBlockN * kSwB, kAtomBytes);
+      wgmma_rs<T, D>(acc_o, p_frag[kk], db, 1);
+    }
+  };
+  // Causal and key-tail masking; only tiles that cross the diagonal or the end of the keys call it.
+  auto mask = [&](int n0) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = n0 + 8 * i + col_in_tile + e;
+        const bool out = col >= p.seqlen_k;
+        if (out || (Causal && col > row_a)) s_acc[4 * i + e] = -INFINITY;
+        if (out || (Causal && col > row_b)) s_acc[4 * i + 2 + e] = -INFINITY;
+      }
+    }
+  };
+  // Online softmax, in place: S becomes P = exp(S - m) (fp32, still in s_acc), m and l are updated,
+  // and fa / fb return the factors exp(m_old - m_new) that rescale O. p_frag is not touched, so this
+  // runs while the previous tile's P V (which reads p_frag) is still in flight.
+  auto softmax = [&](float& fa, float& fb) {
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+      mx_a = fmaxf(mx_a, fmaxf(s_acc[4 * i], s_acc[4 * i + 1]));
+      mx_b = fmaxf(mx_b, fmaxf(s_acc[4 * i + 2], s_acc[4 * i + 3]));
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o));
+    }
+    // A row whose keys are all masked so far keeps max -inf; subtracting 0 then gives exp(-inf) = 0.
+    const float base_a = mx_a == -INFINITY ? 0.f : mx_a * scale_log2;
+    const float base_b = mx_b == -INFINITY ? 0.f : mx_b * scale_log2;
+    fa = fast_exp2(m_a * scale_log2 - base_a);
+    fb = fast_exp2(m_b * scale_log2 - base_b);
+    m_a = mx_a, m_b = mx_b;
+    float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+      s_acc[4 * i] = fast_exp2(fmaf(s_acc[4 * i], scale_log2, -base_a));
+      s_acc[4 * i + 1] = fast_exp2(fmaf(s_acc[4 * i + 1], scale_log2, -base_a));
+      s_acc[4 * i + 2] = fast_exp2(fmaf(s_acc[4 * i + 2], scale_log2, -base_b));
+      s_acc[4 * i + 3] = fast_exp2(fmaf(s_acc[4 * i + 3], scale_log2, -base_b));
+      sum_a += s_acc[4 * i] + s_acc[4 * i + 1];
+      sum_b += s_acc[4 * i + 2] + s_acc[4 * i + 3];
+    }
+    l_a = l_a * fa + sum_a;
+    l_b = l_b * fb + sum_b;
+  };
+  // P (fp32 in s_acc) -> p_frag in the input dtype. 8-column block i is half of the 16-key step i / 2:
+  // its rows a / b go to a[0] / a[1] (i even) or a[2] / a[3] (i odd), the A-fragment order of wgmma
+  // (the same as mma.sync m16n8k16).
+  auto convert_p = [&] {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+      p_frag[i / 2][(i % 2) * 2] = pack2<T>(s_acc[4 * i], s_acc[4 * i + 1]);
+      p_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[4 * i + 2], s_acc[4 * i + 3]);
+    }
+  };
+  auto rescale_o = [&](float fa, float fb) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      acc_o[4 * i] *= fa, acc_o[4 * i + 1] *= fa;
+      acc_o[4 * i + 2] *= fb, acc_o[4 * i + 3] *= fb;
+    }
+  };
+  // Note [ping-pong]. With kPingPong the two consumer warpgroups take turns issuing their GEMMs (named
+  // barriers 1 and 2): while one group's wgmmas run, the other does its softmax, so the exponentials of
+  // one group hide under the other's tensor-core work on top of the overlap inside each group. Every
+  // issue is bracketed by turn_begin / turn_end; group 1 starts by handing group 0 the first turn and
+  // skips its last hand-over, so every bar.sync meets exactly one bar.arrive.
+  auto turn_begin = [&] {
+    if constexpr (C::kPingPong) named_sync(1 + wg, 256);
+  };
+  auto turn_end = [&](bool last) {
+    if constexpr (C::kPingPong)
+      if (!(last && wg == 1)) named_arrive(1 + (wg ^ 1), 256);
+  };
+  if constexpr (C::kPingPong)
+    if (wg == 1) named_arrive(1, 256);
+  auto needs_mask = [&](int n0) { return n0 + kBlockN > p.seqlen_k || (Causal && n0 + kBlockN - 1 > m0); };
+
+  mbar_wait(q_full, 0);
+  // First key tile: nothing to overlap with yet.
+  {
+    const int n0 = (n_tiles - 1) * kBlockN;
+    mbar_wait(&k_full[0], 0);
+    turn_begin();
+    wgmma_fence();
+    issue_qk(0);
+    wgmma_commit();
+    turn_end(false);
+    wgmma_wait<0>();
+    fence_regs(s_acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&k_empty[0]);
+    if (needs_mask(n0)) mask(n0);
+    float fa, fb;
+    softmax(fa, fb);
+    convert_p();
+  }
+  for (int it = 1; it < n_tiles; ++it) {
+    const int n0 = (n_tiles - 1 - it) * kBlockN;
+    const int s = it % kStages, s_prev = (it - 1) % kStages;
+    const uint32_t parity = (it / kStages) & 1, parity_prev = ((it - 1) / kStages) & 1;
+    mbar_wait(&k_full[s], parity);
+    mbar_wait(&v_full[s_prev], parity_prev);
+    turn_begin();
+    wgmma_fence();
+    issue_qk(s);
+    wgmma_commit();
+    issue_pv(s_prev);
+    wgmma_commit();
+    turn_end(false);
+    wgmma_wait<1>();  // S of this tile is done; P V of the previous one may still run
+    fence_regs(s_acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&k_empty[s]);
+    if (needs_mask(n0)) mask(n0);
+    float fa, fb;
+    softmax(fa, fb);  // overlaps the previous tile's P V
+    wgmma_wait<0>();
+    fence_regs(acc_o);
+    fence_regs(p_frag);  // keeps the in-flight A operand's registers live until here
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&v_empty[s_prev]);
+    rescale_o(fa, fb);
+    convert_p();
+  }
+  {
+    const int s_last = (n_tiles - 1) % kStages;
+    mbar_wait(&v_full[s_last], ((n_tiles - 1) / kStages) & 1);
+    turn_begin();
+    wgmma_fence();
+    issue_pv(s_last);
+    wgmma_commit();
+    turn_end(true);
+    wgmma_wait<0>();
+    fence_regs(acc_o);
+    fence_regs(p_frag);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&v_empty[s_last]);
+  }
+
+  // Epilogue: O / l in the input dtype, L = m * scale + log l (natural log, like the mma.sync kernel).
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+  }
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+  float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int col = 8 * i + col_in_tile;
+    if (row_a < p.seqlen_q)
+      *reinterpret_cast<uint32_t*>(gO + row_a * p.o_row_stride + col) = pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
+    if (row_b < p.seqlen_q)
+      *reinterpret_cast<uint32_t*>(gO + row_b * p.o_row_stride + col) =
+          pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
+  }
+  if (lane % 4 == 0) {
+    if (row_a < p.seqlen_q) gL[row_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
+    if (row_b < p.seqlen_q) gL[row_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
+  }
+}
+
+}  // namespace lmscale::kernels::hopper

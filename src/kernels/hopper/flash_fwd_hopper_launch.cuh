@@ -1,0 +1,85 @@
+// Host side of one Hopper forward variant (flash_fwd_hopper.cuh): the TMA tensor maps, the shared
+// memory opt-in, the grid, the causal switch. Instantiated per dtype in flash_fwd_hopper_{bf16,fp16}.cu
+// for the shipped variants; tools/flash_hopper_probe.cu instantiates others to compare.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "kernels/cuda_check.h"
+#include "kernels/hopper/flash_fwd_hopper.cuh"
+
+namespace lmscale::kernels::hopper {
+
+// cuTensorMapEncodeTiled lives in the driver; the runtime hands out its entry point, so lmscale needs
+// no -lcuda (and CPU-only machines never call this).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    LMSCALE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("flash hopper: the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver)");
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// A 4-D map (d, row, head, batch) over q, k or v with boxes of box_cols x box_rows and the given swizzle.
+// False when TMA cannot describe the tensor.
+inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, int rows, int64_t row_stride,
+                     int64_t head_stride, int64_t batch_stride, int box_cols, int box_rows, int swizzle_bytes) {
+  constexpr int64_t kElem = 2;
+  // A size-1 dimension's stride is never used; TMA still wants it a 16-byte multiple.
+  if (rows == 1) row_stride = p.head_dim;
+  if (p.heads == 1) head_stride = row_stride * rows;
+  if (p.batch == 1) batch_stride = head_stride * p.heads;
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(rows), cuuint64_t(p.heads), cuuint64_t(p.batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride * kElem), cuuint64_t(head_stride * kElem),
+                                 cuuint64_t(batch_stride * kElem)};
+  for (cuuint64_t s : strides)
+    if (s % 16 != 0 || s >= (cuuint64_t(1) << 40)) return false;
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled()(
+      map, p.dtype == FlashDtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// Builds the maps and launches variant C on `stream`; false (nothing launched) when the maps cannot be built.
+template <typename C>
+bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
+  FwdMaps maps;
+  if (!make_map(&maps.q, p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems,
+                C::kBlockM, C::kSwizzleBytes) ||
+      !make_map(&maps.k, p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems,
+                C::kBlockN, C::kSwizzleBytes) ||
+      !make_map(&maps.v, p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems,
+                C::kBlockN, C::kSwizzleBytes))
+    return false;
+  const int m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
+  check_grid_y(m_blocks, "flash_fwd_hopper_kernel");
+  auto* kernel = p.is_causal ? flash_fwd_hopper_kernel<C, true> : flash_fwd_hopper_kernel<C, false>;
+  static const bool opted_in = [] {
+    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, false>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)opted_in;
+  kernel<<<dim3(p.batch * p.heads, m_blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p);
+  LMSCALE_CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+}  // namespace lmscale::kernels::hopper

@@ -1,0 +1,81 @@
+// Host side of the sm_90a FlashAttention path: whether it applies, the TMA tensor maps, the launch.
+#include "kernels/hopper/flash_hopper.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <stdexcept>
+
+#include "kernels/cuda_check.h"
+#include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped
+
+namespace lmscale::kernels::hopper {
+
+template <typename C>
+bool launch_fwd(const FlashParams& p, cudaStream_t stream);
+
+namespace {
+
+// False when the head dim has no Hopper kernel or TMA cannot describe q/k/v.
+template <typename T>
+bool fwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return launch_fwd<FwdShipped<T, 64>>(p, stream);
+    case 80: return launch_fwd<FwdShipped<T, 80>>(p, stream);
+    case 128: return launch_fwd<FwdShipped<T, 128>>(p, stream);
+    default: return false;
+  }
+}
+
+bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
+  return p.dtype == FlashDtype::kBF16 ? fwd_for_dtype<__nv_bfloat16>(p, stream) : fwd_for_dtype<__half>(p, stream);
+}
+
+// sm_90a code runs on compute capability 9.0 only (not on later archs): asked once per device.
+bool device_is_sm90() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  static std::mutex mu;
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+}  // namespace
+
+std::string fwd_unsupported_reason(const FlashParams& p) {
+  if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 128)
+    return "head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel (64, 80, 128 do)";
+  if (p.is_causal && p.seqlen_q != p.seqlen_k) return "causal attention needs seqlen_q == seqlen_k";
+  if (!device_is_sm90()) return "the current device is not sm_90 (the kernels are sm_90a code)";
+  // TMA addresses global memory in 16-byte units: base pointers and every stride of a dimension that is
+  // walked (size > 1) must be 16-byte multiples. flash_params.h already asks rows to start 16-byte aligned.
+  auto aligned = [&](const void* ptr, int rows, int64_t row, int64_t head, int64_t batch) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || row % 8 == 0) &&
+           (p.heads == 1 || head % 8 == 0) && (p.batch == 1 || batch % 8 == 0);
+  };
+  if (!aligned(p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
+      !aligned(p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
+      !aligned(p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride))
+    return "q/k/v base addresses or strides are not 16-byte multiples, which TMA needs";
+  return {};
+}
+
+void run_fwd(const FlashParams& p, void* stream) {
+  if (!fwd_dispatch(p, static_cast<cudaStream_t>(stream))) {
+    const std::string why = fwd_unsupported_reason(p);
+    throw std::runtime_error("run_flash_fwd (hopper): " + (why.empty() ? "cuTensorMapEncodeTiled rejected q/k/v" : why));
+  }
+}
+
+}  // namespace lmscale::kernels::hopper

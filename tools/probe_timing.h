@@ -1,0 +1,30 @@
+// CUDA-event timing shared by the standalone kernel probes (tools/flash_probe.cu,
+// tools/flash_hopper_probe.cu): the median of `iters` timed calls after `warmup` untimed ones.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+
+template <typename F>
+float median_ms(F&& f, int iters, int warmup = 2) {
+  cudaEvent_t a, z;
+  LMSCALE_CUDA_CHECK(cudaEventCreate(&a));
+  LMSCALE_CUDA_CHECK(cudaEventCreate(&z));
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + iters; ++i) {
+    LMSCALE_CUDA_CHECK(cudaEventRecord(a));
+    f();
+    LMSCALE_CUDA_CHECK(cudaEventRecord(z));
+    LMSCALE_CUDA_CHECK(cudaEventSynchronize(z));
+    float t;
+    LMSCALE_CUDA_CHECK(cudaEventElapsedTime(&t, a, z));
+    if (i >= warmup) ms.push_back(t);
+  }
+  LMSCALE_CUDA_CHECK(cudaEventDestroy(a));
+  LMSCALE_CUDA_CHECK(cudaEventDestroy(z));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
