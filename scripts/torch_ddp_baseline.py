@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's own DistributedDataParallel on the same Transformer LM as `lmscale bench ddp` (the
-model class is imported from scripts/torch_baseline.py, the e2e baseline), timed the same way: CUDA
+model class is imported from lmscale.baseline.e2e, the e2e baseline), timed the same way: CUDA
 events around forward+backward+fused AdamW, one synchronize per step, mean over the timed steps,
 slowest rank. Also times the single-GPU step on every rank first (no communication). Rank 0 appends
 records (bench "ddp", impl torch-single / torch-ddp) to <out>/ddp.jsonl.
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_baseline import LM  # noqa: E402  (same architecture as lmscale's TransformerLM)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from lmscale.baseline.e2e import LM  # noqa: E402  (same architecture as lmscale's TransformerLM)
 
 # d_model, d_ff, layers, heads (docs/spec.md §1)
 SIZES = {"tiny": (64, 256, 2, 4), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
@@ -71,8 +71,6 @@ def main():
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     d, f, layers, heads = SIZES[a.size]
-    cfg = argparse.Namespace(vocab=10000, d_model=d, d_ff=f, layers=layers, heads=heads, context=a.context,
-                             attention="naive")
     commit = os.environ.get("LMSCALE_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -82,7 +80,7 @@ def main():
     for prec in a.precision.split(","):
         dtype = {"fp32": None, "bf16": torch.bfloat16}[prec]
         torch.manual_seed(0)
-        model = LM(cfg).to(dev)
+        model = LM(10000, d, f, layers, heads, a.context, attention="naive").to(dev)
         ids = torch.randint(10000, (a.batch, a.context), device=dev)
         targets = torch.randint(10000, (a.batch, a.context), device=dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
