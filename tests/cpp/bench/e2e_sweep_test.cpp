@@ -69,8 +69,9 @@ TEST(BenchCompare, EagerBaselineRunsAsOneProcessWithRecordsAndRatios) {
       EXPECT_GT(j["value"].get<double>(), 0.0);
       ok_steps[key]++;
     }
-    if (key == "torch-eager" && j["status"] == "ok")  // the module's own fields reach the records
+    if (key == "torch-eager" && j["status"] == "ok") {  // the module's own fields reach the records
       EXPECT_EQ(j["torch_attention"], "sdpa") << j.dump();
+    }
   }
   EXPECT_EQ(ok_steps["lmscale"], 2);
   EXPECT_EQ(ok_steps["torch-eager"], 2);
