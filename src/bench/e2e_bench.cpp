@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "train/cuda_graph_step.h"
@@ -12,21 +13,57 @@
 namespace lmscale {
 namespace {
 
-void maybe_inject_oom(const E2EConfig& c) {
-  const char* spec = std::getenv("LMSCALE_INJECT_OOM");
-  if (!spec || !*spec) return;
-  std::string s = spec, size = s, ctx;
-  if (auto colon = s.find(':'); colon != std::string::npos) {
-    size = s.substr(0, colon);
-    ctx = s.substr(colon + 1);
+// The fault LMSCALE_INJECT_OOM / LMSCALE_INJECT_FAULT (see e2e_bench.h) asks for this config, or "".
+std::string injected_fault(const E2EConfig& c) {
+  std::vector<std::string> specs;  // "<fault>@<size>[:<context>]"
+  if (const char* oom = std::getenv("LMSCALE_INJECT_OOM"); oom && *oom) specs.push_back(std::string("oom@") + oom);
+  if (const char* faults = std::getenv("LMSCALE_INJECT_FAULT"); faults && *faults) {
+    std::string all = faults;
+    for (size_t at = 0; at <= all.size();) {
+      const size_t comma = std::min(all.find(',', at), all.size());
+      specs.push_back(all.substr(at, comma - at));
+      at = comma + 1;
+    }
   }
-  bool match = size == c.setup.model.name && (ctx.empty() || std::stoll(ctx) == c.setup.context);
-  TORCH_CHECK_WITH(OutOfMemoryError, !match, "injected out of memory (LMSCALE_INJECT_OOM=", s, ")");
+  for (const auto& spec : specs) {
+    const size_t a = spec.find('@');
+    TORCH_CHECK(a != std::string::npos, "LMSCALE_INJECT_FAULT entry '", spec,
+                "' is not <fault>@<size>[:<context>] (fault: oom, capture or error)");
+    const std::string fault = spec.substr(0, a), target = spec.substr(a + 1);
+    TORCH_CHECK(fault == "oom" || fault == "capture" || fault == "error", "LMSCALE_INJECT_FAULT: unknown fault '",
+                fault, "': use oom, capture or error");
+    const size_t colon = target.find(':');
+    const std::string size = target.substr(0, colon);
+    if (size != c.setup.model.name) continue;
+    if (colon != std::string::npos && std::stoll(target.substr(colon + 1)) != c.setup.context) continue;
+    return fault;
+  }
+  return "";
 }
+
+// Fails this config the way the real fault would, for tests of the paths that record it.
+void maybe_inject_fault(const E2EConfig& c) {
+  const std::string fault = injected_fault(c);
+  if (fault == "oom")  // an allocation no device can hold: the device's own allocator raises its own error
+    (void)torch::empty({int64_t{1} << 60}, torch::TensorOptions().dtype(torch::kUInt8).device(c.setup.device));
+  TORCH_CHECK(fault != "capture",
+              "CUDA error: operation not permitted when stream is capturing (injected: LMSCALE_INJECT_FAULT)");
+  TORCH_CHECK(fault != "error", "CUDA error: unspecified launch failure (injected: LMSCALE_INJECT_FAULT)");
+}
+
+// A CUDA-graph capture that failed and reached the sweep (the graphed step falls back to eager where
+// it can): CUDA says "operation not permitted when stream is capturing", or names the capture.
+bool is_capture_failure(const std::exception& e) {
+  const std::string m = e.what();
+  return m.find("capturing") != std::string::npos || m.find("capture") != std::string::npos;
+}
+
+// The first line of an error: a cell's reason is one line.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 void measure(const E2EConfig& c, E2EResult& r) {
   TrainingStep step(c.setup);
-  maybe_inject_oom(c);
+  maybe_inject_fault(c);
   r.params = c.setup.model.param_count();
   const c10::Device dev = c.setup.device;
   StepClock clock(dev);
@@ -77,15 +114,23 @@ E2EResult run_e2e(const E2EConfig& c) {
   try {
     measure(c, r);
   } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
+    // One config failed; the sweep records it and goes on (docs/results/SCHEMA.md, status words).
+    const Status status = is_out_of_memory(e)    ? Status::oom
+                          : is_capture_failure(e) ? Status::capture_failed
+                                                  : Status::error;
     r = E2EResult{};
-    r.status = "oom";
-    r.message = error_message(e);
+    r.status = status;
+    r.reason = first_line(error_message(e));
     r.params = c.setup.model.param_count();
   }
   // Everything the run allocated is gone with `step`; hand cached blocks back so the next config
-  // of a sweep starts from an empty allocator.
-  release_cached_memory(c.setup.device);
+  // of a sweep starts from an empty allocator. After a kernel error the device may refuse that too:
+  // the cell already says why, and the next config meets (and records) the same error.
+  try {
+    release_cached_memory(c.setup.device);
+  } catch (const std::exception&) {
+    if (r.status == Status::ok) throw;
+  }
   return r;
 }
 
@@ -108,7 +153,7 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
                    {"warmup", c.warmup},
                    {"steps", c.steps},
                    {"cuda_graph", c.cuda_graph},
-                   {"status", r.status}});
+                   {"status", to_string(r.status)}});
   if (r.extra.is_object()) base.update(r.extra);
   std::vector<Json> out;
   auto add = [&](const std::string& metric, double value, const std::string& unit, const Summary* s = nullptr) {
@@ -119,9 +164,9 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
     if (s) j.update(Json{{"std", s->std}, {"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}});
     out.push_back(std::move(j));
   };
-  if (r.status != "ok") {
+  if (r.status != Status::ok) {
     Json j = base;
-    j.update(Json{{"metric", "status"}, {"value", nullptr}, {"unit", ""}, {"message", r.message}});
+    j.update(Json{{"metric", "status"}, {"value", nullptr}, {"unit", ""}, {"reason", r.reason}});
     return {j};
   }
   if (r.forward.n) add("forward_ms", r.forward.mean, "ms", &r.forward);
@@ -136,6 +181,41 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
   steps.update(Json{{"metric", "all_step_ms"}, {"value", r.step_ms}, {"unit", "ms"}});
   out.push_back(steps);
   return out;
+}
+
+const std::vector<std::string>& e2e_baseline_fields() {
+  static const std::vector<std::string> fields = {"compile_s",     "compile_mode",          "compile_scope",
+                                                  "graphs_compiled", "compiled_in_timed_steps", "dynamic_shapes",
+                                                  "warmup_steps_run", "torch_attention",      "wall_s"};
+  return fields;
+}
+
+void add_e2e_record(const Json& j, E2EResult& r) {
+  r.status = status_from_string(j.value("status", "error"));
+  r.reason = j.value("reason", "");
+  r.params = j.value("params", int64_t{0});
+  auto summary = [&] {
+    Summary s;
+    s.mean = j.value("value", 0.0);
+    s.std = j.value("std", 0.0);
+    s.median = j.value("median", 0.0);
+    s.min = j.value("min", 0.0);
+    s.max = j.value("max", 0.0);
+    s.n = j.value("n", 0);
+    return s;
+  };
+  const std::string metric = j.value("metric", "");
+  const bool number = j.contains("value") && j["value"].is_number();
+  if (metric == "forward_ms") r.forward = summary();
+  if (metric == "backward_ms") r.backward = summary();
+  if (metric == "optimizer_ms") r.optimizer = summary();
+  if (metric == "step_ms") r.total = summary();
+  if (metric == "tokens_per_s" && number) r.tokens_per_s = j["value"].get<double>();
+  if (metric == "mfu" && number) r.mfu = j["value"].get<double>();
+  if (metric == "peak_memory_bytes" && number) r.peak_bytes = static_cast<int64_t>(j["value"].get<double>());
+  if (metric == "all_step_ms" && j["value"].is_array()) r.step_ms = j["value"].get<std::vector<double>>();
+  for (const auto& key : e2e_baseline_fields())
+    if (j.contains(key) && !j[key].is_null()) r.extra[key] = j[key];
 }
 
 }  // namespace lmscale

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "bench/e2e_sweep.h"
+#include "bench/e2e_torch_baseline.h"
 #include "cli/registry.h"
 #include "core/device.h"
 
@@ -15,7 +16,7 @@ struct BenchArgs {
   std::vector<int64_t> contexts;
   int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000, model_context = 0, batch = 4;
   int warmup = 5, steps = 10;
-  std::string device = "auto", out = "results", compile_scope = "blocks";
+  std::string device = "auto", out = "results", compile_scope, baseline_scope = "model";
   bool cuda_graph = false, warmup_study = false, all_sizes = false, resume = false;
 };
 
@@ -60,12 +61,15 @@ void run(BenchArgs a) {
   for (const auto& m : a.modes) s.modes.push_back(parse_mode(m));
   for (const auto& b : a.attention) s.backends.push_back(parse_attention_backend(b));
   s.baselines = a.compare;  // CLI11 already split the comma lists
-  for (const auto& b : s.baselines)
-    TORCH_CHECK(b == "torch-eager" || b == "torch-compile", "--compare '", b,
-                "' is not a baseline: use torch-eager and/or torch-compile");
-  TORCH_CHECK(a.compile_scope == "blocks" || a.compile_scope == "model", "--compile-scope '", a.compile_scope,
-              "' is not a scope: use blocks (each block + head/loss) or model (one graph)");
-  s.compile_scope = a.compile_scope;
+  for (const auto& b : s.baselines) check_torch_baseline(b);
+  if (!a.compile_scope.empty()) {  // the older spelling: blocks was the naive baseline's compile scope
+    TORCH_CHECK(a.compile_scope == "blocks" || a.compile_scope == "model", "--compile-scope '", a.compile_scope,
+                "' is not a scope: use --baseline-scope model or naive");
+    a.baseline_scope = a.compile_scope == "blocks" ? "naive" : "model";
+    std::cerr << "note: --compile-scope is deprecated; it means --baseline-scope " << a.baseline_scope << "\n";
+  }
+  check_baseline_scope(a.baseline_scope);
+  s.baseline_scope = a.baseline_scope;
   s.resume = a.resume;
   s.model_context = a.model_context;
   s.base.setup.batch = a.batch;
@@ -90,8 +94,10 @@ void run(BenchArgs a) {
     std::cout << "\nwrote " << a.out << "/e2e_warmup.{jsonl,md}\n";
     return;
   }
-  std::cout << run_e2e_sweep(s);
-  std::cout << "\nwrote " << a.out << "/e2e.{jsonl,md}\n";
+  const SweepOutcome done = run_e2e_sweep(s);
+  std::cout << done.table << "\nwrote " << a.out << "/e2e.{jsonl,md}\n";
+  TORCH_CHECK(done.failures == 0, done.failures, " of ", done.cells,
+              " cells failed (out of memory does not count): their reasons are in ", a.out, "/e2e.md");
 }
 
 }  // namespace
@@ -120,10 +126,13 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
   app.add_option("--device", a->device, "auto | cpu | cuda | cuda:N (default auto)");
   app.add_flag("--cuda-graph", a->cuda_graph, "capture the whole step as one CUDA graph and replay it");
   app.add_flag("--warmup-study", a->warmup_study, "run the first config with 0, 1, 2, 5 warm-up steps");
-  app.add_option("--compare", a->compare, "PyTorch baselines in the same run: torch-eager, torch-compile")
+  app.add_option("--compare", a->compare,
+                 "PyTorch baselines in the same run: torch-eager, torch-compile, torch-compile-ro (comma list)")
       ->delimiter(',');
-  app.add_option("--compile-scope", a->compile_scope,
-                 "torch-compile baseline: blocks (each block + head/loss, default) or model (one graph)");
+  app.add_option("--baseline-scope", a->baseline_scope,
+                 "what the baselines measure: model (SDPA, whole model compiled; default) or naive (attention "
+                 "written out, each block compiled)");
+  app.add_option("--compile-scope", a->compile_scope, "deprecated: blocks = --baseline-scope naive, model = model");
   app.add_option("--out", a->out, "results folder (default results/)");
   app.add_flag("--resume", a->resume,
                "keep results already in <out>/e2e.jsonl for the same configs; measure only the rest");

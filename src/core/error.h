@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <exception>
+#include <new>
 #include <string>
 
 namespace lmscale {
@@ -15,11 +16,13 @@ inline std::string error_message(const std::exception& e) {
   return e.what();
 }
 
-// True for the CUDA caching allocator's out-of-memory error (and its message on older paths).
+// True for running out of memory on either side: the CUDA caching allocator's c10::OutOfMemoryError
+// (and its message on older paths), the CPU allocator's c10::Error "can't allocate memory", and
+// std::bad_alloc.
 inline bool is_out_of_memory(const std::exception& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || dynamic_cast<const std::bad_alloc*>(&e)) return true;
   std::string m = e.what();
-  return m.find("out of memory") != std::string::npos || m.find("CUDA out of memory") != std::string::npos;
+  return m.find("out of memory") != std::string::npos || m.find("can't allocate memory") != std::string::npos;
 }
 
 }  // namespace lmscale

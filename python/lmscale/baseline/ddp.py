@@ -15,10 +15,8 @@ peak_allocated on GPUs. Times are means over the timed steps on each rank, then 
 import argparse
 import contextlib
 import datetime
-import importlib.util
 import json
 import os
-import pathlib
 import shlex
 import subprocess
 import sys
@@ -35,21 +33,11 @@ IMPLS = ("torch-single", "torch-ddp", "torch-ddp-bf16", "torch-fsdp2")
 
 
 def build_model(size, context):
-    """The e2e baseline's LM (the same architecture as lmscale's TransformerLM)."""
+    """The e2e baseline's LM (the same architecture as lmscale's TransformerLM), attention through
+    SDPA: the strongest PyTorch path, as lmscale's side runs its fastest single-GPU step."""
+    from lmscale.baseline.e2e import LM
     d, f, layers, heads = SIZES[size]
-    try:
-        from lmscale.baseline.e2e import LM
-        return LM(VOCAB, d, f, layers, heads, context, "naive")
-    except (ImportError, OSError, RuntimeError):
-        # Before the e2e baseline moved into the package (or where the package cannot be imported
-        # without lmscale's C++ library): the script in the checkout.
-        path = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "torch_baseline.py"
-        spec = importlib.util.spec_from_file_location("torch_baseline", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        cfg = argparse.Namespace(vocab=VOCAB, d_model=d, d_ff=f, layers=layers, heads=heads, context=context,
-                                 attention="naive")
-        return mod.LM(cfg)
+    return LM(VOCAB, d, f, layers, heads, context, "sdpa")
 
 
 class Clock:

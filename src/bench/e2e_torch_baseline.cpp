@@ -1,0 +1,151 @@
+// The PyTorch baseline process and its protocol; see e2e_torch_baseline.h.
+#include "bench/e2e_torch_baseline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+
+#include "core/device.h"
+#include "core/python_module.h"
+
+namespace lmscale {
+namespace {
+
+constexpr char kModule[] = "lmscale.baseline.e2e";
+
+// One line of the module's input: the config in its terms, plus its index.
+Json config_line(const E2EConfig& c, size_t id) {
+  const auto& m = c.setup.model;
+  return Json{{"id", id},
+              {"size", m.name},
+              {"vocab", m.vocab_size},
+              {"d_model", m.d_model},
+              {"d_ff", m.d_ff},
+              {"layers", m.num_layers},
+              {"heads", m.num_heads},
+              {"context", c.setup.context},
+              {"model_context", m.context_length > 0 ? m.context_length : c.setup.context},
+              {"batch", c.setup.batch},
+              {"precision", dtype_name(c.setup.precision)},
+              {"mode", mode_name(c.mode)},
+              {"attention", attention_backend_name(m.attention)},
+              {"warmup", c.warmup},
+              {"steps", c.steps},
+              {"device", c.setup.device.str()}};
+}
+
+// A temporary file holding the configs, one JSON line each; removed with the object.
+struct ConfigFile {
+  std::string path;
+  explicit ConfigFile(const std::vector<E2EConfig>& configs) {
+    path = (std::filesystem::temp_directory_path() / "lmscale-baseline-XXXXXX").string();
+    const int fd = mkstemp(path.data());
+    TORCH_CHECK(fd >= 0, "cannot create a temporary file for the baseline configs in ",
+                std::filesystem::temp_directory_path().string(), ": set TMPDIR to a writable folder");
+    ::close(fd);  // mkstemp only reserved the name
+    std::string text;
+    for (size_t i = 0; i < configs.size(); ++i) text += config_line(configs[i], i).dump() + "\n";
+    write_text(path, text);
+  }
+  ~ConfigFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+}  // namespace
+
+const std::vector<std::string>& torch_baseline_impls() {
+  static const std::vector<std::string> impls = {"torch-eager", "torch-compile", "torch-compile-ro"};
+  return impls;
+}
+
+void check_torch_baseline(const std::string& impl) {
+  const auto& all = torch_baseline_impls();
+  TORCH_CHECK(std::find(all.begin(), all.end(), impl) != all.end(), "--compare '", impl,
+              "' is not a baseline: use torch-eager, torch-compile and/or torch-compile-ro");
+}
+
+void check_baseline_scope(const std::string& scope) {
+  TORCH_CHECK(scope == "model" || scope == "naive", "--baseline-scope '", scope,
+              "' is not a scope: use model (SDPA, the whole model compiled; the default) or naive (attention "
+              "written out, each block compiled)");
+}
+
+bool torch_baseline_compiles(const std::string& impl) { return impl.rfind("torch-compile", 0) == 0; }
+
+std::string torch_baseline_description(const std::string& impl, const std::string& scope) {
+  const bool model = scope == "model";
+  const std::string attention =
+      model ? "`F.scaled_dot_product_attention` (PyTorch picks flash / cuDNN / memory-efficient)"
+            : "attention as lmscale's backend of the row (naive: softmax(QKᵀ)V written out; sdpa and flash: SDPA)";
+  if (impl == "torch-eager") return "the model op by op, " + attention + "\n";
+  const std::string mode = impl == "torch-compile-ro" ? "`mode=\"reduce-overhead\"` (CUDA graphs)" : "default mode";
+  if (model)
+    return "`torch.compile` of the whole model + loss, " + mode + ", " + attention +
+           ", static shapes (one graph per context and grad mode); compilation and graph recording happen in "
+           "warm-up, never in a timed step\n";
+  return "`torch.compile` of each block and of the head + loss (regional: the blocks share one graph), " + mode +
+         ", " + attention + ", the context dimension dynamic; compilation happens in warm-up, never in a timed step\n";
+}
+
+std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs, const std::string& impl,
+                                           const std::string& scope,
+                                           const std::function<void(size_t, const E2EResult&)>& on_result) {
+  check_torch_baseline(impl);
+  check_baseline_scope(scope);
+  std::vector<E2EResult> out(configs.size());
+  std::vector<bool> answered(configs.size(), false);
+  if (configs.empty()) return out;
+  const ConfigFile input(configs);
+  std::deque<std::string> tail;  // the module's last lines that were not results: the reason, if it dies
+  ProcessOptions options;
+  options.capture_stdout = true;
+  options.merge_stderr = true;
+  options.stdin_path = input.path;
+  options.on_line = [&](const std::string& raw) {
+    std::string line = raw;
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) return;
+    if (line.front() == '{') {
+      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned() && j.contains("records") &&
+          j["records"].is_array() && j["id"].get<size_t>() < configs.size()) {
+        const size_t i = j["id"].get<size_t>();
+        E2EResult r;
+        for (const auto& record : j["records"]) add_e2e_record(record, r);
+        r.params = configs[i].setup.model.param_count();
+        out[i] = r;
+        answered[i] = true;
+        if (on_result) on_result(i, out[i]);
+        return;
+      }
+    }
+    std::cerr << "    [" << impl << "] " << line << "\n";
+    tail.push_back(line);
+    if (tail.size() > 6) tail.pop_front();
+  };
+  const ProcessResult proc = run_process(
+      python_module_argv(kModule, {"--impl", impl, "--baseline-scope", scope, "--configs", "-"}),
+      python_module_options(options));
+  std::string why;
+  for (const auto& l : tail) why += (why.empty() ? "" : " | ") + l;
+  const std::string who = "the " + impl + " baseline (" + python_interpreter() + " -m " + kModule + ")";
+  if (!proc.ok() && std::all_of(answered.begin(), answered.end(), [](bool a) { return a; }))
+    std::cerr << "    [" << impl << "] note: " << who << " " << proc.describe() << " after answering every config\n";
+  for (size_t i = 0; i < configs.size(); ++i) {
+    if (answered[i]) continue;
+    out[i].status = Status::error;
+    out[i].params = configs[i].setup.model.param_count();
+    out[i].reason = who + (proc.started ? " " + proc.describe() + " without a result for this config"
+                                        : ": " + proc.describe()) +
+                    (why.empty() ? "" : ": " + why) + "; if that interpreter lacks torch, " + python_fix();
+    if (on_result) on_result(i, out[i]);
+  }
+  return out;
+}
+
+}  // namespace lmscale
