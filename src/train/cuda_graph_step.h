@@ -3,6 +3,7 @@
 // small models. Inputs, gradients and optimizer state keep fixed addresses across replays.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "train/training_step.h"
 
@@ -11,7 +12,7 @@ namespace lmscale {
 class GraphedStep {
  public:
   // Warms up eagerly on a side stream (allocates gradients and optimizer state), then captures.
-  // Throws on CPU or on a build without CUDA.
+  // Throws on CPU, on a build without CUDA, or when the capture fails (see try_capture).
   GraphedStep(TrainingStep& step, BenchMode mode);
   ~GraphedStep();
   void replay();
@@ -20,5 +21,11 @@ class GraphedStep {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The step as a graph where it can be one: nullptr with `note` set to one line saying why not
+// (CPU device, a build without CUDA, or a capture that failed, e.g. out of memory while capturing).
+// A failed capture is cleaned up (capture ended, its memory pool released, the CUDA error cleared),
+// so the caller can go on with the eager step on the same TrainingStep.
+std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, BenchMode mode, std::string& note);
 
 }  // namespace lmscale
