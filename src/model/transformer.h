@@ -26,6 +26,8 @@ class TransformerLMImpl : public torch::nn::Module {
  public:
   explicit TransformerLMImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 → logits (B, T, V)
+  // Every block's q, k, v weights as one [3C, C] GEMM operand (CausalSelfAttentionImpl::pack_qkv).
+  void pack_qkv();
   ModelConfig config;
   Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;

@@ -3,9 +3,12 @@
 
 #include <torch/torch.h>
 
+#include <unordered_map>
+
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/nvtx.h"
+#include "ops/fused_adamw.h"
 
 namespace lmscale {
 
@@ -53,11 +56,35 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   }
   model_->to(setup_.device);
   init_parameters(*model_);
+  // Fused path: q, k, v weights as one GEMM operand (their storage moves, the parameters stay).
+  const bool fused_cuda = setup_.fused && setup_.device.is_cuda();
+  if (fused_cuda && setup_.parts.qkv_gemm) model_->pack_qkv();
   std::vector<torch::Tensor> params = model_->parameters();
-  optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw);
+  optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
+  if (uses_bf16_weight_copies()) {
+    // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
+    // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
+    for (auto& m : model_->modules(/*include_self=*/false))
+      if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
+    if (setup_.parts.qkv_gemm) model_->pack_qkv();  // the q, k, v copies as one block too
+    std::unordered_map<const void*, torch::Tensor> copy_of;
+    for (auto& m : model_->modules(/*include_self=*/false))
+      if (auto* lin = m->as<LinearImpl>()) copy_of[lin->weight.unsafeGetTensorImpl()] = lin->weight_bf16;
+    std::vector<torch::Tensor> copies;
+    for (const auto& p : params) {
+      auto it = copy_of.find(p.unsafeGetTensorImpl());
+      copies.push_back(it == copy_of.end() ? torch::Tensor() : it->second);
+    }
+    optimizer_->set_bf16_copies(std::move(copies));
+  }
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
+}
+
+bool TrainingStep::uses_bf16_weight_copies() const {
+  return setup_.fused && setup_.device.is_cuda() && setup_.parts.adamw_kernel && setup_.parts.bf16_weight_copies &&
+         setup_.precision == c10::kBFloat16 && ops::fused_adamw_available();
 }
 
 void TrainingStep::forward(BenchMode mode) {

@@ -33,6 +33,13 @@ struct StepSetup {
   // off for ablation) and AdamW run per parameter as soon as its gradient is final.
   bool fused = true;
   bool optimizer_in_backward = false;
+  // The pieces of the fused path, each switchable for the ablation table (`lmscale bench --ablate`);
+  // they act only while `fused` is true and the device is CUDA.
+  struct FusedParts {
+    bool adamw_kernel = true;        // AdamW as lmscale's multi-tensor kernel (else ATen's fused AdamW)
+    bool bf16_weight_copies = true;  // that kernel also writes the bf16 weights autocast reads
+    bool qkv_gemm = true;            // Q, K, V projections as one [3C, C] GEMM
+  } parts;
 };
 
 // Checks a setup before anything is allocated; each failure names the flag and the fix.
@@ -61,6 +68,9 @@ class TrainingStep {
   int64_t tokens() const { return setup_.batch * setup_.context; }
 
   const StepSetup& setup() const { return setup_; }
+  // Fused path on CUDA under bf16 autocast: Linear layers read bf16 weight copies that the AdamW
+  // kernel keeps current.
+  bool uses_bf16_weight_copies() const;
   TransformerLM& model() { return model_; }
   FusedAdamW& optimizer() { return *optimizer_; }
   const torch::Tensor& inputs() const { return inputs_; }
