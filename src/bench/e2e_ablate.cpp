@@ -13,7 +13,7 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   E2EConfig c = base;
   c.cuda_graph = false;
   c.setup.fused = false;
-  c.setup.parts = {false, false, false};
+  c.setup.parts = {false, false, false, false};
   rows.push_back({"all off (eager, unfused)", c});
   c.cuda_graph = true;
   rows.push_back({"+ CUDA graph", c});
@@ -23,7 +23,9 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   c.setup.parts.bf16_weight_copies = true;
   rows.push_back({"+ bf16 weight copies", c});
   c.setup.parts.qkv_gemm = true;
-  rows.push_back({"+ one QKV GEMM (all on)", c});
+  rows.push_back({"+ one QKV GEMM", c});
+  c.setup.parts.rope_kernel = true;
+  rows.push_back({"+ QKV split + RoPE kernel (all on)", c});
   return rows;
 }
 
@@ -44,7 +46,8 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
         j["fused"] = s.fused;
         j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
                                 {"bf16_weight_copies", s.parts.bf16_weight_copies},
-                                {"qkv_gemm", s.parts.qkv_gemm}};
+                                {"qkv_gemm", s.parts.qkv_gemm},
+                                {"rope_kernel", s.parts.rope_kernel}};
         records.push_back(j);
       }
       const bool ok = r.status == "ok";

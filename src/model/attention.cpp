@@ -9,6 +9,7 @@
 #include "core/autocast.h"
 #include "core/nvtx.h"
 #include "ops/flash_attention.h"
+#include "ops/fused_rope.h"
 
 namespace lmscale {
 
@@ -131,10 +132,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
                              copies ? q_proj->weight_bf16 : torch::Tensor());
     else
       w = rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight);
-    auto qkv = torch::linear(xc, w).chunk(3, -1);
-    q = rope(split(qkv[0]));
-    k = rope(split(qkv[1]));
-    v = split(qkv[2]);
+    auto qkv = torch::linear(xc, w);
+    if (fused_rope) {
+      TORCH_CHECK(T <= rope->rotation.size(0), "sequence length ", T, " exceeds the model's context length ",
+                  rope->rotation.size(0), ": raise the context length of the model (--model-context)");
+      std::tie(q, k, v) = ops::rope_qkv(qkv, rope->rotation, H);
+    } else {
+      auto parts = qkv.chunk(3, -1);
+      q = rope(split(parts[0]));
+      k = rope(split(parts[1]));
+      v = split(parts[2]);
+    }
   } else {
     q = rope(split(q_proj(xc)));
     k = rope(split(k_proj(xc)));

@@ -34,6 +34,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   RotaryEmbedding rope{nullptr};
   int64_t num_heads;
   AttentionBackend backend;
+  // With packed q, k, v: split the GEMM output and apply RoPE in one kernel (ops/fused_rope.h)
+  // instead of a split, upcasts, complex multiplies, downcasts and a copy of v.
+  bool fused_rope = false;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -91,8 +91,10 @@ std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, BenchMode mode, std
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
     note = "CUDA graph capture failed, step runs eagerly: " + what;
   }
-  // The failed capture may have left graph-pool tensors alive in the step (the loss): drop the
-  // allocator's cache so the eager step starts with the memory it had before.
+  // The failed capture may have left graph-pool tensors alive in the step (the loss and the graph
+  // of saved activations behind it): drop them and the allocator's cache, so the eager step starts
+  // with the memory it had before.
+  step.release_loss();
 #ifdef LMSCALE_CUDA
   c10::cuda::device_synchronize();
   c10::cuda::CUDACachingAllocator::emptyCache();

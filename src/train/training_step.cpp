@@ -58,7 +58,10 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   init_parameters(*model_);
   // Fused path: q, k, v weights as one GEMM operand (their storage moves, the parameters stay).
   const bool fused_cuda = setup_.fused && setup_.device.is_cuda();
-  if (fused_cuda && setup_.parts.qkv_gemm) model_->pack_qkv();
+  if (fused_cuda && setup_.parts.qkv_gemm) {
+    model_->pack_qkv();
+    model_->use_fused_rope(setup_.parts.rope_kernel);
+  }
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
   if (uses_bf16_weight_copies()) {

@@ -39,6 +39,7 @@ struct StepSetup {
     bool adamw_kernel = true;        // AdamW as lmscale's multi-tensor kernel (else ATen's fused AdamW)
     bool bf16_weight_copies = true;  // that kernel also writes the bf16 weights autocast reads
     bool qkv_gemm = true;            // Q, K, V projections as one [3C, C] GEMM
+    bool rope_kernel = true;         // with qkv_gemm: split + RoPE of q and k in one kernel
   } parts;
 };
 
@@ -77,6 +78,9 @@ class TrainingStep {
   const torch::Tensor& targets() const { return targets_; }
   // Loss of the last step (a device tensor; reading it synchronizes).
   const torch::Tensor& last_loss() const { return loss_; }
+  // Drops the last loss and the autograd graph hanging from it (activations of a step that threw
+  // part-way, e.g. a failed CUDA-graph capture), so their memory goes back before the next step.
+  void release_loss() { loss_ = torch::Tensor(); }
 
  private:
   StepSetup setup_;

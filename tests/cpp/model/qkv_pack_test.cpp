@@ -46,7 +46,8 @@ double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
 }  // namespace
 
 TEST(QkvPack, KeepsParametersAndMatchesThreeGemms) {
-  for (bool bf16 : {false, true}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool bf16 = variant >= 1, fused_rope = variant == 2;  // fused_rope: the op's CPU reference
     torch::manual_seed(31);
     TransformerLM plain(odd_config());
     torch::manual_seed(31);
@@ -57,6 +58,7 @@ TEST(QkvPack, KeepsParametersAndMatchesThreeGemms) {
       for (auto& m : packed->modules(false))
         if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
     packed->pack_qkv();
+    packed->use_fused_rope(fused_rope);
     auto* attn = packed->layers[0]->as<TransformerBlock>()->attn.get();
     ASSERT_TRUE(attn->qkv_packed());
     EXPECT_FALSE(plain->layers[0]->as<TransformerBlock>()->attn->qkv_packed());
