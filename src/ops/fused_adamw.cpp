@@ -55,7 +55,7 @@ bool fused_adamw_accepts(const std::vector<at::Tensor>& params, const std::vecto
 void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
-                      const AdamWHyperparams& hyper) {
+                      const AdamWHyperparams& hyper, bool advance_step) {
   std::string why;
   TORCH_CHECK(fused_adamw_accepts(params, grads, exp_avgs, exp_avg_sqs, bf16_copies, &why),
               "fused_adamw_step: ", why, "; use lmscale::FusedAdamW, which falls back to ATen's AdamW");
@@ -73,7 +73,7 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
   h.eps = static_cast<float>(hyper.eps);
   h.weight_decay = static_cast<float>(hyper.weight_decay);
   h.step = step.data_ptr<float>();
-  kernels::run_adamw_step_increment(h.step, stream);
+  if (advance_step) kernels::run_adamw_step_increment(h.step, stream);
   kernels::AdamWTensorList list;
   auto flush = [&] {
     if (list.count) kernels::run_adamw_update(list, h, stream);
@@ -94,6 +94,7 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
 #else
   (void)step;
   (void)hyper;
+  (void)advance_step;
 #endif
 }
 

@@ -21,12 +21,13 @@ bool fused_adamw_accepts(const std::vector<at::Tensor>& params, const std::vecto
                          const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                          const std::vector<at::Tensor>& bf16_copies, std::string* why = nullptr);
 
-// Advances `step` (an fp32 scalar on the params' device) by one, then updates every tensor in place,
-// a few launches in all, on the current stream: capturable in a CUDA graph. Throws on bad lists.
+// Advances `step` (an fp32 scalar on the params' device) by one (unless advance_step is false: a
+// step whose params are updated one by one advances it once), then updates every tensor in place, a
+// few launches in all, on the current stream: capturable in a CUDA graph. Throws on bad lists.
 void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
-                      const AdamWHyperparams& hyper);
+                      const AdamWHyperparams& hyper, bool advance_step = true);
 
 // The same step computed in fp64 on any device (the test oracle): advances `step`, updates params
 // and moments in place (rounded to their dtype once), and writes the bf16 copies.

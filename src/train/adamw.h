@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace lmscale {
@@ -20,6 +21,11 @@ class FusedAdamW {
   FusedAdamW(std::vector<at::Tensor> params, AdamWOptions options = {}, bool use_kernel = true);
   // Updates every parameter that has a gradient; state tensors are created lazily on first step.
   void step();
+  // The same step taken one parameter at a time (optimizer in backward: each update runs as soon as
+  // its gradient is final): begin_step() once, then step_param(i) for each param with a gradient.
+  // Same numerics as step(): the same per-element update, the step counter advanced once.
+  void begin_step();
+  void step_param(size_t index);
   // set_to_none (PyTorch's default): gradients become None and the next backward allocates fresh
   // ones. Otherwise they are zeroed in place, which a captured CUDA graph needs (fixed addresses).
   void zero_grad(bool set_to_none = true);
@@ -33,10 +39,13 @@ class FusedAdamW {
   int64_t state_bytes() const;
 
  private:
+  void ensure_state();
+  void update(const std::vector<size_t>& which, bool advance_kernel_step);
+
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_, bf16_copies_;
   at::Tensor kernel_step_;  // the kernel path's one step counter (steps_ serve the ATen path)
   AdamWOptions opt_;
-  bool use_kernel_ = true, ran_kernel_ = false;
+  bool use_kernel_ = true, ran_kernel_ = false, kernel_step_advanced_ = false;
 };
 
 }  // namespace lmscale

@@ -1,6 +1,8 @@
 // One training step of the LM; see training_step.h.
 #include "train/training_step.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <unordered_map>
@@ -80,9 +82,43 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
     }
     optimizer_->set_bf16_copies(std::move(copies));
   }
+  if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
+}
+
+namespace {
+// Runs one parameter's AdamW update right after autograd accumulated its gradient, then clears the
+// gradient (zeroed in place when the step keeps gradients at fixed addresses for a CUDA graph).
+class UpdateWhenGradIsFinal : public torch::autograd::PostAccumulateGradHook {
+ public:
+  UpdateWhenGradIsFinal(FusedAdamW* opt, size_t index, std::shared_ptr<const void> state, const bool* armed,
+                        const bool* keep_grads)
+      : opt_(opt), index_(index), state_(std::move(state)), armed_(armed), keep_grads_(keep_grads) {}
+  void operator()(const torch::autograd::Variable& param) override {
+    if (!*armed_) return;
+    opt_->step_param(index_);
+    auto& grad = param.mutable_grad();
+    if (*keep_grads_) grad.zero_();
+    else grad = torch::Tensor();
+  }
+
+ private:
+  FusedAdamW* opt_;
+  size_t index_;
+  std::shared_ptr<const void> state_;  // keeps armed_/keep_grads_ alive as long as the hook
+  const bool* armed_;
+  const bool* keep_grads_;
+};
+}  // namespace
+
+void TrainingStep::install_optimizer_hooks(const std::vector<torch::Tensor>& params) {
+  in_backward_ = std::make_shared<InBackward>();
+  for (size_t i = 0; i < params.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        params[i], std::make_unique<UpdateWhenGradIsFinal>(optimizer_.get(), i, in_backward_, &in_backward_->armed,
+                                                           &in_backward_->keep_grads));
 }
 
 bool TrainingStep::uses_bf16_weight_copies() const {
@@ -115,13 +151,30 @@ void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   forward(mode);
   if (clock) clock->mark();
   if (mode == BenchMode::Forward) return;
-  backward();
+  const bool in_backward = in_backward_ && mode == BenchMode::TrainStep;
+  if (in_backward) {
+    // Each parameter updates (and drops its gradient) inside backward; the optimizer phase is empty.
+    optimizer_->begin_step();
+    in_backward_->armed = true;
+    in_backward_->keep_grads = keep_grads;
+  }
+  try {
+    backward();
+  } catch (...) {
+    if (in_backward) in_backward_->armed = false;
+    throw;
+  }
   if (clock) clock->mark();
   if (mode == BenchMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
-  optimizer_step(keep_grads);
+  if (in_backward) {
+    in_backward_->armed = false;
+    ScopedRange r("optimizer");  // empty: kept so the phase marks and ranges stay the same
+  } else {
+    optimizer_step(keep_grads);
+  }
   if (clock) clock->mark();
 }
 

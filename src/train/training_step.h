@@ -83,10 +83,18 @@ class TrainingStep {
   void release_loss() { loss_ = torch::Tensor(); }
 
  private:
+  void install_optimizer_hooks(const std::vector<torch::Tensor>& params);
+
   StepSetup setup_;
   TransformerLM model_{nullptr};
   std::unique_ptr<FusedAdamW> optimizer_;
   torch::Tensor inputs_, targets_, loss_;
+  // Optimizer in backward: what the per-parameter hooks read. Armed only inside run(TrainStep), so
+  // harnesses that call forward/backward/optimizer_step themselves get the ordinary step.
+  struct InBackward {
+    bool armed = false, keep_grads = false;
+  };
+  std::shared_ptr<InBackward> in_backward_;
 };
 
 }  // namespace lmscale
