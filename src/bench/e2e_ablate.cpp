@@ -13,6 +13,7 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   E2EConfig c = base;
   c.cuda_graph = false;
   c.setup.fused = false;
+  c.setup.optimizer_in_backward = false;
   c.setup.parts = {false, false, false, false};
   rows.push_back({"all off (eager, unfused)", c});
   c.cuda_graph = true;
@@ -26,6 +27,8 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   rows.push_back({"+ one QKV GEMM", c});
   c.setup.parts.rope_kernel = true;
   rows.push_back({"+ QKV split + RoPE kernel (all on)", c});
+  c.setup.optimizer_in_backward = true;  // an option, not the default: shown as one more row
+  rows.push_back({"+ optimizer in backward", c});
   return rows;
 }
 
@@ -44,6 +47,7 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
         j["bench"] = "e2e_ablate";
         j["change"] = row.change;
         j["fused"] = s.fused;
+        j["optimizer_in_backward"] = s.optimizer_in_backward;
         j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
                                 {"bf16_weight_copies", s.parts.bf16_weight_copies},
                                 {"qkv_gemm", s.parts.qkv_gemm},

@@ -32,11 +32,17 @@ struct Pair<float> {
 };
 
 // Element offsets of pair `p` (over B·T rows × C/2 pairs) in the row-major (B·T, ·) input and in the
-// (B, H, T, D) outputs, plus its position t and index i within the head.
+// (B, H, T, D) outputs, the width C of one of q/k/v, and the pair's (cos, sin).
 struct PairIndex {
-  int64_t row, col, head_out;
-  int t, i;
+  int64_t row, col, head_out, C;
+  float2 cs;
 };
+
+// (x0, x1) rotated by the angle whose (cos, sin) is cs; sign −1 rotates back (the transpose).
+__device__ __forceinline__ float2 rotate(float2 v, float2 cs, float sign) {
+  const float s = sign * cs.y;
+  return make_float2(v.x * cs.x - v.y * s, v.x * s + v.y * cs.x);
+}
 __device__ __forceinline__ PairIndex locate(int64_t p, const RopeQkvParams& s) {
   const int half = s.head_dim / 2;
   const int64_t pairs_per_row = static_cast<int64_t>(s.heads) * half;
@@ -44,11 +50,12 @@ __device__ __forceinline__ PairIndex locate(int64_t p, const RopeQkvParams& s) {
   x.row = p / pairs_per_row;  // b·T + t
   const int64_t in_row = p - x.row * pairs_per_row;
   const int h = static_cast<int>(in_row / half);
-  x.i = static_cast<int>(in_row - static_cast<int64_t>(h) * half);
-  x.t = static_cast<int>(x.row % s.seqlen);
-  const int64_t b = x.row / s.seqlen;
-  x.col = static_cast<int64_t>(h) * s.head_dim + 2 * x.i;
-  x.head_out = ((b * s.heads + h) * s.seqlen + x.t) * s.head_dim + 2 * x.i;
+  const int i = static_cast<int>(in_row - static_cast<int64_t>(h) * half);
+  const int64_t t = x.row % s.seqlen, b = x.row / s.seqlen;
+  x.col = static_cast<int64_t>(h) * s.head_dim + 2 * i;
+  x.head_out = ((b * s.heads + h) * s.seqlen + t) * s.head_dim + 2 * i;
+  x.C = static_cast<int64_t>(s.heads) * s.head_dim;
+  x.cs = reinterpret_cast<const float2*>(s.rotation)[t * half + i];
   return x;
 }
 
@@ -57,13 +64,10 @@ __global__ void __launch_bounds__(kThreads) rope_qkv_fwd_kernel(const RopeQkvPar
   const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (p >= total_pairs) return;
   const PairIndex x = locate(p, s);
-  const int64_t C = static_cast<int64_t>(s.heads) * s.head_dim;
   const int64_t in = x.row * s.qkv_row_stride + x.col;
-  const float2 cs = reinterpret_cast<const float2*>(s.rotation)[static_cast<int64_t>(x.t) * (s.head_dim / 2) + x.i];
-  const float2 q = Pair<T>::load(s.qkv_in, in), k = Pair<T>::load(s.qkv_in, in + C);
-  Pair<T>::store(s.q_out, x.head_out, make_float2(q.x * cs.x - q.y * cs.y, q.x * cs.y + q.y * cs.x));
-  Pair<T>::store(s.k_out, x.head_out, make_float2(k.x * cs.x - k.y * cs.y, k.x * cs.y + k.y * cs.x));
-  Pair<T>::store(s.v_out, x.head_out, Pair<T>::load(s.qkv_in, in + 2 * C));
+  Pair<T>::store(s.q_out, x.head_out, rotate(Pair<T>::load(s.qkv_in, in), x.cs, 1.f));
+  Pair<T>::store(s.k_out, x.head_out, rotate(Pair<T>::load(s.qkv_in, in + x.C), x.cs, 1.f));
+  Pair<T>::store(s.v_out, x.head_out, Pair<T>::load(s.qkv_in, in + 2 * x.C));
 }
 
 template <typename T>
@@ -71,14 +75,11 @@ __global__ void __launch_bounds__(kThreads) rope_qkv_bwd_kernel(const RopeQkvPar
   const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (p >= total_pairs) return;
   const PairIndex x = locate(p, s);
-  const int64_t C = static_cast<int64_t>(s.heads) * s.head_dim;
-  const int64_t out = x.row * 3 * C + x.col;
-  const float2 cs = reinterpret_cast<const float2*>(s.rotation)[static_cast<int64_t>(x.t) * (s.head_dim / 2) + x.i];
+  const int64_t out = x.row * 3 * x.C + x.col;
   // The rotation is orthogonal: its gradient is the rotation by −angle.
-  const float2 dq = Pair<T>::load(s.q, x.head_out), dk = Pair<T>::load(s.k, x.head_out);
-  Pair<T>::store(s.qkv_grad, out, make_float2(dq.x * cs.x + dq.y * cs.y, dq.y * cs.x - dq.x * cs.y));
-  Pair<T>::store(s.qkv_grad, out + C, make_float2(dk.x * cs.x + dk.y * cs.y, dk.y * cs.x - dk.x * cs.y));
-  Pair<T>::store(s.qkv_grad, out + 2 * C, Pair<T>::load(s.v, x.head_out));
+  Pair<T>::store(s.qkv_grad, out, rotate(Pair<T>::load(s.q, x.head_out), x.cs, -1.f));
+  Pair<T>::store(s.qkv_grad, out + x.C, rotate(Pair<T>::load(s.k, x.head_out), x.cs, -1.f));
+  Pair<T>::store(s.qkv_grad, out + 2 * x.C, Pair<T>::load(s.v, x.head_out));
 }
 
 template <bool Backward>
