@@ -14,12 +14,15 @@ constexpr int kThreads = 256;
 constexpr int kVec = 4;                           // float4 per thread per iteration
 constexpr int kChunk = kThreads * kVec * 4;       // elements per block: 4 float4 per thread
 
+// The kernels build with --use_fast_math, which turns `/` and sqrtf into approximations (~2 ulp):
+// the update divides twice, so spell out the IEEE-rounded forms and match ATen's fp32 AdamW.
 __device__ __forceinline__ void adamw_one(float& p, float g, float& m, float& v, const AdamWHyper& h,
                                           float step_size, float bc2_sqrt) {
   p -= h.lr * h.weight_decay * p;
   m = h.beta1 * m + (1.f - h.beta1) * g;
   v = h.beta2 * v + (1.f - h.beta2) * g * g;
-  p -= step_size * m / (sqrtf(v) / bc2_sqrt + h.eps);
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), h.eps);
+  p -= __fdiv_rn(step_size * m, denom);
 }
 
 __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTensorList t, const AdamWHyper h) {
@@ -35,9 +38,10 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
   const int64_t begin = block * kChunk;
   const int64_t end = min(begin + kChunk, t.numel[i]);
 
-  const float step = *h.step;
-  const float step_size = h.lr / (1.f - powf(h.beta1, step));
-  const float bc2_sqrt = sqrtf(1.f - powf(h.beta2, step));
+  // Bias corrections in double (fast-math leaves double alone): powf would be __powf, ~1e-6 off.
+  const double step = *h.step;
+  const float step_size = static_cast<float>(h.lr / (1.0 - pow(static_cast<double>(h.beta1), step)));
+  const float bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(h.beta2), step)));
   float* p = t.param[i];
   const float* g = t.grad[i];
   float* m = t.exp_avg[i];

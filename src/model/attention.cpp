@@ -68,14 +68,15 @@ torch::Tensor rows_alias(const torch::Tensor& a) {
 }
 
 // The fused projection weight as an autograd node over the three parameters: forward returns the
-// alias spanning them (or, with bf16 copies, the alias spanning the copies); backward splits the
-// gradient into the three row blocks, in the parameters' dtype (fp32), as autocast's cast would.
+// alias spanning the row blocks that start at `source` (a itself, or the first of the bf16 copies);
+// backward splits the gradient into the three blocks, in the parameters' dtype (fp32), as
+// autocast's cast would. (`source` is always a defined tensor: custom Functions reject undefined inputs.)
 struct StackedRows : torch::autograd::Function<StackedRows> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                               const torch::Tensor& c, const torch::Tensor& first_of_copies) {
+                               const torch::Tensor& c, const torch::Tensor& source) {
     (void)b, (void)c;
     ctx->saved_data["dtype"] = static_cast<int64_t>(a.scalar_type());
-    return rows_alias(first_of_copies.defined() ? first_of_copies : a);
+    return rows_alias(source);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
     const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
@@ -129,7 +130,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     torch::Tensor w;
     if (torch::GradMode::is_enabled() && q_proj->weight.requires_grad())
       w = StackedRows::apply(q_proj->weight, k_proj->weight, v_proj->weight,
-                             copies ? q_proj->weight_bf16 : torch::Tensor());
+                             copies ? q_proj->weight_bf16 : q_proj->weight);
     else
       w = rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight);
     auto qkv = torch::linear(xc, w);

@@ -101,8 +101,12 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
 void adamw_reference_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                           const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                           const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
-                          const AdamWHyperparams& h) {
+                          const AdamWHyperparams& hyper) {
   at::NoGradGuard no_grad;
+  // The hyperparameters as an fp32 AdamW holds them (0.999 is not an fp32 number: 1 − β2 differs by
+  // 1.3e-5 relative), then every operation in fp64: the oracle for an fp32 implementation.
+  auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  const AdamWHyperparams h{f32(hyper.lr), f32(hyper.beta1), f32(hyper.beta2), f32(hyper.eps), f32(hyper.weight_decay)};
   step.add_(1);
   const double t = step.item<double>();
   const double step_size = h.lr / (1.0 - std::pow(h.beta1, t));

@@ -29,8 +29,9 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
                       const AdamWHyperparams& hyper, bool advance_step = true);
 
-// The same step computed in fp64 on any device (the test oracle): advances `step`, updates params
-// and moments in place (rounded to their dtype once), and writes the bf16 copies.
+// The same step computed in fp64 on any device (the test oracle) from the hyperparameters rounded
+// to fp32, as the kernel and ATen hold them: advances `step`, updates params and moments in place
+// (rounded to their dtype once), and writes the bf16 copies.
 void adamw_reference_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                           const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                           const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,

@@ -27,7 +27,8 @@ class FusedAdamW {
   void begin_step();
   void step_param(size_t index);
   // set_to_none (PyTorch's default): gradients become None and the next backward allocates fresh
-  // ones. Otherwise they are zeroed in place, which a captured CUDA graph needs (fixed addresses).
+  // ones (inside a CUDA graph, at the same addresses on every replay). Otherwise they are zeroed
+  // in place, and the next backward accumulates into them.
   void zero_grad(bool set_to_none = true);
   const std::vector<at::Tensor>& params() const { return params_; }
   // One bf16 tensor per param (undefined where none is wanted), written with the updated weight on

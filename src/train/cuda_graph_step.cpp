@@ -44,9 +44,14 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
   c10::cuda::device_synchronize();  // one-time setup: a full sync is simpler than cross-stream events
   {
     // Capture needs a non-default stream; warm-up on the same stream so lazily created state
-    // (cuBLAS workspaces, optimizer state, gradients) exists before capture and is reused by it.
+    // (cuBLAS workspaces, optimizer state) exists before capture and is reused by it.
+    // Gradients are set to None after each step, eagerly and in the graph: the captured backward
+    // then allocates them in the graph's private pool (fixed addresses on every replay) and
+    // autograd hands each gradient over without a copy. Gradients kept and zeroed in place instead
+    // cost an accumulate (read + read + write) and a zeroing per step, 16 B per parameter: ~18 ms
+    // on 2.7B, more than the graph saves (measured: docs/training_step_notes.md).
     c10::cuda::CUDAStreamGuard guard(side);
-    for (int i = 0; i < 3; ++i) step.run(mode, nullptr, /*keep_grads=*/true);
+    for (int i = 0; i < 3; ++i) step.run(mode, nullptr, /*keep_grads=*/false);
     side.synchronize();
     // The capture allocates its activations from a private pool, which cannot reuse the blocks the
     // eager warm-up left cached in the ordinary pool. Near the memory limit (2.7B: ~55 GB of
@@ -56,7 +61,7 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
     c10::cuda::CUDACachingAllocator::emptyCache();
     try {
       impl_->graph.capture_begin();
-      step.run(mode, nullptr, /*keep_grads=*/true);
+      step.run(mode, nullptr, /*keep_grads=*/false);
       impl_->graph.capture_end();
     } catch (...) {
       abandon_capture(impl_->graph, side, device.index());

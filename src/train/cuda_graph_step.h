@@ -1,6 +1,7 @@
 // Captures one whole training step (forward, backward, optimizer) as a CUDA graph and replays it:
 // one launch per step instead of thousands, which removes the CPU launch overhead that dominates
-// small models. Inputs, gradients and optimizer state keep fixed addresses across replays.
+// small models. Inputs, optimizer state and the gradients (allocated inside the graph's private
+// memory pool during capture) keep fixed addresses across replays.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,7 +12,7 @@ namespace lmscale {
 
 class GraphedStep {
  public:
-  // Warms up eagerly on a side stream (allocates gradients and optimizer state), then captures.
+  // Warms up eagerly on a side stream (creates optimizer state and library workspaces), then captures.
   // Throws on CPU, on a build without CUDA, or when the capture fails (see try_capture).
   GraphedStep(TrainingStep& step, BenchMode mode);
   ~GraphedStep();

@@ -82,10 +82,10 @@ TEST(CudaGraphStep, ReplayGivesTheEagerLosses) {
     auto graph = try_capture(graphed, BenchMode::TrainStep, note);
     ASSERT_NE(graph, nullptr) << note;
     // try_capture ran three eager warm-up steps: bring the eager twin to the same point.
-    for (int i = 0; i < 3; ++i) eager.run(BenchMode::TrainStep, nullptr, /*keep_grads=*/true);
+    for (int i = 0; i < 3; ++i) eager.run(BenchMode::TrainStep);
     for (int i = 0; i < 4; ++i) {
       graph->replay();
-      eager.run(BenchMode::TrainStep, nullptr, /*keep_grads=*/true);
+      eager.run(BenchMode::TrainStep);
       // Same kernels on the same data: equal up to the order of atomics inside cuBLAS (none here).
       EXPECT_LT(max_rel(graphed.last_loss(), eager.last_loss()), 1e-6) << "fused " << fused << " step " << i;
     }
