@@ -53,7 +53,7 @@ class TrainingStep {
   // Runs one step. Forward mode runs without autograd (no activations kept). With a clock, marks
   // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
   // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
-  // keep_grads is true (for harnesses that accumulate gradients across steps; a CUDA graph does not need it).
+  // keep_grads is true (harnesses that want them at fixed addresses; a CUDA graph does not need it).
   void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
   // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
