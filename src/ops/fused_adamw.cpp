@@ -2,6 +2,7 @@
 #include "ops/fused_adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <string>
