@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 
 #include "train/cuda_graph_step.h"
 #include "core/device.h"
@@ -69,7 +70,12 @@ void measure(const E2EConfig& c, E2EResult& r) {
   StepClock clock(dev);
   std::vector<double> fwd, bwd, opt, total;
   std::unique_ptr<GraphedStep> graph;
-  if (c.cuda_graph) graph = std::make_unique<GraphedStep>(step, c.mode);
+  if (c.cuda_graph && dev.is_cuda()) {
+    graph = try_capture(step, c.mode, r.cuda_graph_note);
+    if (!graph) std::cerr << "note: " << c.setup.model.name << " context " << c.setup.context << ": "
+                          << r.cuda_graph_note << "\n";
+  }
+  r.cuda_graph = graph != nullptr;
   synchronize(dev);
   reset_peak_memory(dev);
   for (int i = 0; i < c.warmup + c.steps; ++i) {
@@ -152,8 +158,9 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
                    {"device", c.setup.device.str()},
                    {"warmup", c.warmup},
                    {"steps", c.steps},
-                   {"cuda_graph", c.cuda_graph},
+                   {"cuda_graph", r.cuda_graph},
                    {"status", to_string(r.status)}});
+  if (!r.cuda_graph_note.empty()) base["cuda_graph_note"] = r.cuda_graph_note;
   if (r.extra.is_object()) base.update(r.extra);
   std::vector<Json> out;
   auto add = [&](const std::string& metric, double value, const std::string& unit, const Summary* s = nullptr) {

@@ -19,7 +19,10 @@ struct E2EConfig {
   BenchMode mode = BenchMode::TrainStep;
   int warmup = 5;
   int steps = 10;
-  bool cuda_graph = false;  // replay the whole step as one CUDA graph (per-phase times then unavailable)
+  // Replay the whole step as one CUDA graph when the device is CUDA (the default: shapes are
+  // static); per-phase times are then unavailable. Ignored on CPU. A failed capture falls back to
+  // the eager step, and the result says so (E2EResult::cuda_graph, cuda_graph_note).
+  bool cuda_graph = true;
 };
 
 struct E2EResult {
@@ -30,6 +33,8 @@ struct E2EResult {
   double tokens_per_s = 0, mfu = 0;             // mfu 0 when the GPU's peak is unknown (or CPU)
   int64_t peak_bytes = 0;                       // high-water mark of allocated bytes during the run
   int64_t params = 0;
+  bool cuda_graph = false;      // whether the timed steps replayed a CUDA graph
+  std::string cuda_graph_note;  // why not, when E2EConfig::cuda_graph asked for one on CUDA
   Json extra;  // impl-specific fields copied into every record (baselines: compile_s, compile scope, ...)
 };
 

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench/e2e_ablate.h"
 #include "bench/e2e_sweep.h"
 #include "bench/e2e_torch_baseline.h"
 #include "cli/registry.h"
@@ -17,7 +18,7 @@ struct BenchArgs {
   int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000, model_context = 0, batch = 4;
   int warmup = 5, steps = 10;
   std::string device = "auto", out = "results", compile_scope, baseline_scope = "model";
-  bool cuda_graph = false, warmup_study = false, all_sizes = false, resume = false;
+  bool cuda_graph = false, warmup_study = false, all_sizes = false, resume = false, ablate = false;
 };
 
 lmscale::ModelConfig custom_or_named(const std::string& size, const BenchArgs& a) {
@@ -94,6 +95,14 @@ void run(BenchArgs a) {
     std::cout << "\nwrote " << a.out << "/e2e_warmup.{jsonl,md}\n";
     return;
   }
+  if (a.ablate) {  // one table per run: each fast-path piece added in turn (bench/e2e_ablate.h)
+    std::vector<E2EConfig> bases;
+    for (const auto& m : s.models)
+      for (auto t : s.contexts)
+        for (auto p : s.precisions) bases.push_back(sweep_config(s, m, t, p, s.modes.front(), s.backends.front()));
+    std::cout << run_ablation(bases, a.out) << "\nwrote " << a.out << "/e2e_ablate.{jsonl,md}\n";
+    return;
+  }
   const SweepOutcome done = run_e2e_sweep(s);
   std::cout << done.table << "\nwrote " << a.out << "/e2e.{jsonl,md}\n";
   TORCH_CHECK(done.failures == 0, done.failures, " of ", done.cells,
@@ -125,6 +134,8 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
   app.add_option("--attention", a->attention, "naive | sdpa | flash (comma list; default naive)")->delimiter(',');
   app.add_option("--device", a->device, "auto | cpu | cuda | cuda:N (default auto)");
   app.add_flag("--cuda-graph", a->cuda_graph, "capture the whole step as one CUDA graph and replay it");
+  app.add_flag("--ablate", a->ablate,
+               "one row per fast-path piece (eager unfused, + CUDA graph, + each fusion) for each config");
   app.add_flag("--warmup-study", a->warmup_study, "run the first config with 0, 1, 2, 5 warm-up steps");
   app.add_option("--compare", a->compare,
                  "PyTorch baselines in the same run: torch-eager, torch-compile, torch-compile-ro (comma list)")

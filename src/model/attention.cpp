@@ -1,6 +1,7 @@
 // Multi-head self-attention with a pluggable core; see attention.h.
 #include "model/attention.h"
 
+#include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include "core/autocast.h"
 #include "core/nvtx.h"
 #include "ops/flash_attention.h"
+#include "ops/fused_rope.h"
 
 namespace lmscale {
 
@@ -48,6 +50,43 @@ torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, con
   TORCH_INTERNAL_ASSERT(false, "unhandled attention backend");
 }
 
+namespace {
+
+// a, b, c lie back to back in one storage, each contiguous: together one (3n, m) matrix.
+bool adjacent_rows(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+  if (!a.defined() || !b.defined() || !c.defined()) return false;
+  for (const auto* t : {&a, &b, &c})
+    if (!t->is_contiguous() || t->sizes() != a.sizes() || t->scalar_type() != a.scalar_type() ||
+        !t->storage().is_alias_of(a.storage()))
+      return false;
+  return b.storage_offset() == a.storage_offset() + a.numel() && c.storage_offset() == b.storage_offset() + b.numel();
+}
+
+// The (3n, m) matrix whose row blocks are a, b, c (adjacent_rows holds), without a copy.
+torch::Tensor rows_alias(const torch::Tensor& a) {
+  return a.as_strided({3 * a.size(0), a.size(1)}, {a.size(1), 1}, a.storage_offset());
+}
+
+// The fused projection weight as an autograd node over the three parameters: forward returns the
+// alias spanning the row blocks that start at `source` (a itself, or the first of the bf16 copies);
+// backward splits the gradient into the three blocks, in the parameters' dtype (fp32), as
+// autocast's cast would. (`source` is always a defined tensor: custom Functions reject undefined inputs.)
+struct StackedRows : torch::autograd::Function<StackedRows> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& c, const torch::Tensor& source) {
+    (void)b, (void)c;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(a.scalar_type());
+    return rows_alias(source);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    auto parts = g[0].to(dtype).chunk(3, 0);
+    return {parts[0], parts[1], parts[2], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
     : num_heads(cfg.num_heads), backend(cfg.attention) {
   q_proj = register_module("q_proj", Linear(cfg.d_model, cfg.d_model));
@@ -57,15 +96,59 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
   rope = register_module("rope", RotaryEmbedding(cfg.rope_theta, cfg.d_head(), cfg.context_length));
 }
 
+bool CausalSelfAttentionImpl::qkv_packed() const {
+  return adjacent_rows(q_proj->weight, k_proj->weight, v_proj->weight);
+}
+
+void CausalSelfAttentionImpl::pack_qkv() {
+  torch::NoGradGuard no_grad;
+  Linear lins[3] = {q_proj, k_proj, v_proj};
+  if (!qkv_packed()) {
+    auto block = torch::cat({q_proj->weight, k_proj->weight, v_proj->weight}, 0);
+    // set_data swaps the storage under each parameter (as Module::to does): same tensor objects,
+    // so optimizers and named_parameters() see them unchanged.
+    for (int i = 0; i < 3; ++i) lins[i]->weight.set_data(block.chunk(3, 0)[i]);
+  }
+  if (q_proj->weight_bf16.defined() && k_proj->weight_bf16.defined() && v_proj->weight_bf16.defined() &&
+      !adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16)) {
+    auto block = torch::cat({q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16}, 0);
+    for (int i = 0; i < 3; ++i) lins[i]->weight_bf16 = block.chunk(3, 0)[i];
+  }
+}
+
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   ScopedRange range("attention");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads, D = C / H;
   // (B, T, C) → (B, T, H, D) → (B, H, T, D): heads split from the last dim.
   auto split = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   auto xc = cast_for_autocast(x);  // once for the three projections
-  auto q = rope(split(q_proj(xc)));
-  auto k = rope(split(k_proj(xc)));
-  auto v = split(v_proj(xc));
+  torch::Tensor q, k, v;
+  if (qkv_packed()) {
+    // One (B, T, 3C) GEMM; q, k, v are column blocks of its output (views, no copy).
+    const bool copies = q_proj->bf16_copy_current() && k_proj->bf16_copy_current() && v_proj->bf16_copy_current() &&
+                        adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16);
+    torch::Tensor w;
+    if (torch::GradMode::is_enabled() && q_proj->weight.requires_grad())
+      w = StackedRows::apply(q_proj->weight, k_proj->weight, v_proj->weight,
+                             copies ? q_proj->weight_bf16 : q_proj->weight);
+    else
+      w = rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight);
+    auto qkv = torch::linear(xc, w);
+    if (fused_rope) {
+      TORCH_CHECK(T <= rope->rotation.size(0), "sequence length ", T, " exceeds the model's context length ",
+                  rope->rotation.size(0), ": raise the context length of the model (--model-context)");
+      std::tie(q, k, v) = ops::rope_qkv(qkv, rope->rotation, H);
+    } else {
+      auto parts = qkv.chunk(3, -1);
+      q = rope(split(parts[0]));
+      k = rope(split(parts[1]));
+      v = split(parts[2]);
+    }
+  } else {
+    q = rope(split(q_proj(xc)));
+    k = rope(split(k_proj(xc)));
+    v = split(v_proj(xc));
+  }
   auto o = attention_core(q, k, v, /*causal=*/true, backend);  // (B, H, T, D)
   return output_proj(o.transpose(1, 2).reshape({B, T, C}));
 }

@@ -22,10 +22,21 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   explicit CausalSelfAttentionImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) → (B, T, C)
 
+  // Puts the q, k, v weights (and their bf16 copies, where attached) into one [3C, C] block each,
+  // the three parameters becoming row blocks of it: names, shapes and values stay as docs/spec.md §1
+  // says. Call after the module reached its device (Module::to allocates each parameter anew).
+  // While the blocks stay adjacent, forward runs the projections as one GEMM.
+  void pack_qkv();
+  // Whether the q, k, v weights currently lie as row blocks of one [3C, C] tensor.
+  bool qkv_packed() const;
+
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, output_proj{nullptr};
   RotaryEmbedding rope{nullptr};
   int64_t num_heads;
   AttentionBackend backend;
+  // With packed q, k, v: split the GEMM output and apply RoPE in one kernel (ops/fused_rope.h)
+  // instead of a split, upcasts, complex multiplies, downcasts and a copy of v.
+  bool fused_rope = false;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -1,6 +1,8 @@
 // Transformer building blocks; see layers.h.
 #include "model/layers.h"
 
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -51,7 +53,41 @@ void LinearImpl::reset_parameters() {
   trunc_normal_(weight, std::sqrt(2.0 / static_cast<double>(weight.size(0) + weight.size(1))));
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+namespace {
+// The autocast cast of an fp32 weight, with the bf16 copy supplied instead of computed: forward
+// returns the copy; backward hands the bf16 gradient back as fp32, as autocast's cast would.
+struct ReadBf16Copy : torch::autograd::Function<ReadBf16Copy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& weight,
+                               const torch::Tensor& copy) {
+    (void)weight;
+    return copy.view_as(copy);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
+    return {g[0].to(torch::kFloat), torch::Tensor()};
+  }
+};
+}  // namespace
+
+bool LinearImpl::bf16_copy_current() const {
+  const auto dev = weight.device().type();
+  return weight_bf16.defined() && weight._version() == weight_bf16_version && at::autocast::is_autocast_enabled(dev) &&
+         at::autocast::get_autocast_dtype(dev) == torch::kBFloat16;
+}
+
+torch::Tensor LinearImpl::autocast_weight() {
+  if (!bf16_copy_current()) return weight;
+  if (!torch::GradMode::is_enabled() || !weight.requires_grad()) return weight_bf16;
+  return ReadBf16Copy::apply(weight, weight_bf16);
+}
+
+torch::Tensor LinearImpl::attach_bf16_copy() {
+  torch::NoGradGuard no_grad;
+  weight_bf16 = weight.detach().to(torch::kBFloat16).contiguous();
+  weight_bf16_version = weight._version();
+  return weight_bf16;
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, autocast_weight()); }
 
 EmbeddingImpl::EmbeddingImpl(int64_t n, int64_t dim) {
   weight = register_parameter("weight", torch::empty({n, dim}));

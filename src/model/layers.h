@@ -36,7 +36,20 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
   void reset_parameters();                        // trunc normal, std √(2/(in+out))
+  // The weight as the matmul reads it under autocast: the bf16 copy when it is current (see
+  // attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).
+  torch::Tensor autocast_weight();
+  // True under bf16 autocast on the weight's device while the bf16 copy matches the weight.
+  bool bf16_copy_current() const;
+  // Keeps a bf16 copy of the weight (returned, for the optimizer to rewrite after each update) that
+  // bf16-autocast forwards read instead of casting the fp32 weight again every step. The copy
+  // counts as current while the weight's version counter is unchanged: the lmscale AdamW kernel
+  // rewrites both through raw pointers (no version bump); any ATen write to the weight (init,
+  // load, another optimizer) bumps the version, and the forward falls back to autocast's cast.
+  torch::Tensor attach_bf16_copy();
   torch::Tensor weight;                           // (out, in)
+  torch::Tensor weight_bf16;                      // undefined unless attach_bf16_copy ran
+  int64_t weight_bf16_version = -1;
 };
 TORCH_MODULE(Linear);
 

@@ -40,6 +40,14 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   return lm_head(ln_final(x));
 }
 
+void TransformerLMImpl::pack_qkv() {
+  for (const auto& layer : *layers) layer->as<TransformerBlock>()->attn->pack_qkv();
+}
+
+void TransformerLMImpl::use_fused_rope(bool on) {
+  for (const auto& layer : *layers) layer->as<TransformerBlock>()->attn->fused_rope = on;
+}
+
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   auto flat = at_least_fp32(logits.reshape({-1, logits.size(-1)}));
   return torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));

@@ -1,10 +1,13 @@
-// AdamW with torch.optim.AdamW semantics (decoupled weight decay, bias correction), stepping all
-// parameters in one fused ATen call (_fused_adamw_: a handful of kernels per step on CUDA instead
-// of ~10 per parameter, and capturable in a CUDA graph since `step` lives on the device).
-// Checked against libtorch's torch::optim::AdamW in tests/cpp/train/adamw_test.cpp.
+// AdamW with torch.optim.AdamW semantics (decoupled weight decay, bias correction). On CUDA with the
+// lmscale kernels (use_kernel, the default) it runs the multi-tensor kernel of src/kernels/
+// fused_adamw.cu, which also writes the bf16 copy of each weight that bf16-autocast matmuls read
+// (set_bf16_copies); otherwise ATen's fused call (_fused_adamw_). Both are a handful of launches per
+// step and capturable in a CUDA graph (the step counter lives on the device).
+// Checked against libtorch's torch::optim::AdamW and an fp64 reference in tests/cpp/train/.
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace lmscale {
@@ -15,19 +18,35 @@ struct AdamWOptions {
 
 class FusedAdamW {
  public:
-  FusedAdamW(std::vector<at::Tensor> params, AdamWOptions options = {});
+  FusedAdamW(std::vector<at::Tensor> params, AdamWOptions options = {}, bool use_kernel = true);
   // Updates every parameter that has a gradient; state tensors are created lazily on first step.
   void step();
+  // The same step taken one parameter at a time (optimizer in backward: each update runs as soon as
+  // its gradient is final): begin_step() once, then step_param(i) for each param with a gradient.
+  // Same numerics as step(): the same per-element update, the step counter advanced once.
+  void begin_step();
+  void step_param(size_t index);
   // set_to_none (PyTorch's default): gradients become None and the next backward allocates fresh
-  // ones. Otherwise they are zeroed in place, which a captured CUDA graph needs (fixed addresses).
+  // ones (inside a CUDA graph, at the same addresses on every replay). Otherwise they are zeroed
+  // in place, and the next backward accumulates into them.
   void zero_grad(bool set_to_none = true);
   const std::vector<at::Tensor>& params() const { return params_; }
+  // One bf16 tensor per param (undefined where none is wanted), written with the updated weight on
+  // every kernel step. Ignored by the ATen path: whoever reads the copies checks they are current.
+  void set_bf16_copies(std::vector<at::Tensor> copies);
+  // Whether the last step() ran the lmscale kernel (false before the first step).
+  bool ran_kernel() const { return ran_kernel_; }
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
   int64_t state_bytes() const;
 
  private:
-  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_;
+  void ensure_state();
+  void update(const std::vector<size_t>& which, bool advance_kernel_step);
+
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_, bf16_copies_;
+  at::Tensor kernel_step_;  // the kernel path's one step counter (steps_ serve the ATen path)
   AdamWOptions opt_;
+  bool use_kernel_ = true, ran_kernel_ = false, kernel_step_advanced_ = false;
 };
 
 }  // namespace lmscale

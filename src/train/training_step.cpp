@@ -1,11 +1,16 @@
 // One training step of the LM; see training_step.h.
 #include "train/training_step.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
+
+#include <unordered_map>
 
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/nvtx.h"
+#include "ops/fused_adamw.h"
 
 namespace lmscale {
 
@@ -53,11 +58,72 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   }
   model_->to(setup_.device);
   init_parameters(*model_);
+  // Fused path: q, k, v weights as one GEMM operand (their storage moves, the parameters stay).
+  const bool fused_cuda = setup_.fused && setup_.device.is_cuda();
+  if (fused_cuda && setup_.parts.qkv_gemm) {
+    model_->pack_qkv();
+    model_->use_fused_rope(setup_.parts.rope_kernel);
+  }
   std::vector<torch::Tensor> params = model_->parameters();
-  optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw);
+  optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
+  if (uses_bf16_weight_copies()) {
+    // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
+    // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
+    for (auto& m : model_->modules(/*include_self=*/false))
+      if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
+    if (setup_.parts.qkv_gemm) model_->pack_qkv();  // the q, k, v copies as one block too
+    std::unordered_map<const void*, torch::Tensor> copy_of;
+    for (auto& m : model_->modules(/*include_self=*/false))
+      if (auto* lin = m->as<LinearImpl>()) copy_of[lin->weight.unsafeGetTensorImpl()] = lin->weight_bf16;
+    std::vector<torch::Tensor> copies;
+    for (const auto& p : params) {
+      auto it = copy_of.find(p.unsafeGetTensorImpl());
+      copies.push_back(it == copy_of.end() ? torch::Tensor() : it->second);
+    }
+    optimizer_->set_bf16_copies(std::move(copies));
+  }
+  if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
+}
+
+namespace {
+// Runs one parameter's AdamW update right after autograd accumulated its gradient, then clears the
+// gradient (zeroed in place when the step keeps gradients at fixed addresses for a CUDA graph).
+class UpdateWhenGradIsFinal : public torch::autograd::PostAccumulateGradHook {
+ public:
+  UpdateWhenGradIsFinal(FusedAdamW* opt, size_t index, std::shared_ptr<const void> state, const bool* armed,
+                        const bool* keep_grads)
+      : opt_(opt), index_(index), state_(std::move(state)), armed_(armed), keep_grads_(keep_grads) {}
+  void operator()(const torch::autograd::Variable& param) override {
+    if (!*armed_) return;
+    opt_->step_param(index_);
+    auto& grad = param.mutable_grad();
+    if (*keep_grads_) grad.zero_();
+    else grad = torch::Tensor();
+  }
+
+ private:
+  FusedAdamW* opt_;
+  size_t index_;
+  std::shared_ptr<const void> state_;  // keeps armed_/keep_grads_ alive as long as the hook
+  const bool* armed_;
+  const bool* keep_grads_;
+};
+}  // namespace
+
+void TrainingStep::install_optimizer_hooks(const std::vector<torch::Tensor>& params) {
+  in_backward_ = std::make_shared<InBackward>();
+  for (size_t i = 0; i < params.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        params[i], std::make_unique<UpdateWhenGradIsFinal>(optimizer_.get(), i, in_backward_, &in_backward_->armed,
+                                                           &in_backward_->keep_grads));
+}
+
+bool TrainingStep::uses_bf16_weight_copies() const {
+  return setup_.fused && setup_.device.is_cuda() && setup_.parts.adamw_kernel && setup_.parts.bf16_weight_copies &&
+         setup_.precision == c10::kBFloat16 && ops::fused_adamw_available();
 }
 
 void TrainingStep::forward(BenchMode mode) {
@@ -85,13 +151,30 @@ void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   forward(mode);
   if (clock) clock->mark();
   if (mode == BenchMode::Forward) return;
-  backward();
+  const bool in_backward = in_backward_ && mode == BenchMode::TrainStep;
+  if (in_backward) {
+    // Each parameter updates (and drops its gradient) inside backward; the optimizer phase is empty.
+    optimizer_->begin_step();
+    in_backward_->armed = true;
+    in_backward_->keep_grads = keep_grads;
+  }
+  try {
+    backward();
+  } catch (...) {
+    if (in_backward) in_backward_->armed = false;
+    throw;
+  }
   if (clock) clock->mark();
   if (mode == BenchMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
-  optimizer_step(keep_grads);
+  if (in_backward) {
+    in_backward_->armed = false;
+    ScopedRange r("optimizer");  // empty: kept so the phase marks and ranges stay the same
+  } else {
+    optimizer_step(keep_grads);
+  }
   if (clock) clock->mark();
 }
 

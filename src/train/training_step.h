@@ -33,6 +33,14 @@ struct StepSetup {
   // off for ablation) and AdamW run per parameter as soon as its gradient is final.
   bool fused = true;
   bool optimizer_in_backward = false;
+  // The pieces of the fused path, each switchable for the ablation table (`lmscale bench --ablate`);
+  // they act only while `fused` is true and the device is CUDA.
+  struct FusedParts {
+    bool adamw_kernel = true;        // AdamW as lmscale's multi-tensor kernel (else ATen's fused AdamW)
+    bool bf16_weight_copies = true;  // that kernel also writes the bf16 weights autocast reads
+    bool qkv_gemm = true;            // Q, K, V projections as one [3C, C] GEMM
+    bool rope_kernel = true;         // with qkv_gemm: split + RoPE of q and k in one kernel
+  } parts;
 };
 
 // Checks a setup before anything is allocated; each failure names the flag and the fix.
@@ -45,7 +53,7 @@ class TrainingStep {
   // Runs one step. Forward mode runs without autograd (no activations kept). With a clock, marks
   // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
   // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
-  // keep_grads is true (CUDA-graph capture needs gradients at fixed addresses).
+  // keep_grads is true (harnesses that want them at fixed addresses; a CUDA graph does not need it).
   void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
   // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
@@ -61,18 +69,32 @@ class TrainingStep {
   int64_t tokens() const { return setup_.batch * setup_.context; }
 
   const StepSetup& setup() const { return setup_; }
+  // Fused path on CUDA under bf16 autocast: Linear layers read bf16 weight copies that the AdamW
+  // kernel keeps current.
+  bool uses_bf16_weight_copies() const;
   TransformerLM& model() { return model_; }
   FusedAdamW& optimizer() { return *optimizer_; }
   const torch::Tensor& inputs() const { return inputs_; }
   const torch::Tensor& targets() const { return targets_; }
   // Loss of the last step (a device tensor; reading it synchronizes).
   const torch::Tensor& last_loss() const { return loss_; }
+  // Drops the last loss and the autograd graph hanging from it (activations of a step that threw
+  // part-way, e.g. a failed CUDA-graph capture), so their memory goes back before the next step.
+  void release_loss() { loss_ = torch::Tensor(); }
 
  private:
+  void install_optimizer_hooks(const std::vector<torch::Tensor>& params);
+
   StepSetup setup_;
   TransformerLM model_{nullptr};
   std::unique_ptr<FusedAdamW> optimizer_;
   torch::Tensor inputs_, targets_, loss_;
+  // Optimizer in backward: what the per-parameter hooks read. Armed only inside run(TrainStep), so
+  // harnesses that call forward/backward/optimizer_step themselves get the ordinary step.
+  struct InBackward {
+    bool armed = false, keep_grads = false;
+  };
+  std::shared_ptr<InBackward> in_backward_;
 };
 
 }  // namespace lmscale

@@ -1,0 +1,77 @@
+// Ablation of the fast-path pieces; see e2e_ablate.h.
+#include "bench/e2e_ablate.h"
+
+#include <iostream>
+#include <sstream>
+
+#include "core/device.h"
+
+namespace lmscale {
+
+std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
+  std::vector<AblationRow> rows;
+  E2EConfig c = base;
+  c.cuda_graph = false;
+  c.setup.fused = false;
+  c.setup.optimizer_in_backward = false;
+  c.setup.parts = {false, false, false, false};
+  rows.push_back({"all off (eager, unfused)", c});
+  c.cuda_graph = true;
+  rows.push_back({"+ CUDA graph", c});
+  c.setup.fused = true;
+  c.setup.parts.adamw_kernel = true;
+  rows.push_back({"+ AdamW kernel", c});
+  c.setup.parts.bf16_weight_copies = true;
+  rows.push_back({"+ bf16 weight copies", c});
+  c.setup.parts.qkv_gemm = true;
+  rows.push_back({"+ one QKV GEMM", c});
+  c.setup.parts.rope_kernel = true;
+  rows.push_back({"+ QKV split + RoPE kernel (all on)", c});
+  c.setup.optimizer_in_backward = true;  // an option, not the default: shown as one more row
+  rows.push_back({"+ optimizer in backward", c});
+  return rows;
+}
+
+std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string& out_dir) {
+  MarkdownTable table({"size", "context", "precision", "change", "step ms", "vs row above", "MFU", "peak memory",
+                       "note"});
+  std::vector<Json> records;
+  for (const auto& base : bases) {
+    double previous = 0;
+    for (const auto& row : ablation_rows(base)) {
+      const auto& s = row.config.setup;
+      std::cerr << s.model.name << " context " << s.context << ": " << row.change << " ..." << std::flush;
+      E2EResult r = run_e2e(row.config);
+      std::cerr << " " << (r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status) << "\n";
+      for (auto& j : e2e_records(row.config, r, "lmscale")) {
+        j["bench"] = "e2e_ablate";
+        j["change"] = row.change;
+        j["fused"] = s.fused;
+        j["optimizer_in_backward"] = s.optimizer_in_backward;
+        j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
+                                {"bf16_weight_copies", s.parts.bf16_weight_copies},
+                                {"qkv_gemm", s.parts.qkv_gemm},
+                                {"rope_kernel", s.parts.rope_kernel}};
+        records.push_back(j);
+      }
+      const bool ok = r.status == "ok";
+      table.add_row({s.model.name, std::to_string(s.context), dtype_name(s.precision), row.change,
+                     ok ? fmt(r.total.mean) : r.status,
+                     ok && previous > 0 ? fmt(previous / r.total.mean) + "×" : "-",
+                     ok && r.mfu > 0 ? fmt(100 * r.mfu, 1) + " %" : "-", ok ? fmt_bytes(r.peak_bytes) : "-",
+                     r.cuda_graph_note.empty() ? "" : r.cuda_graph_note});
+      if (ok) previous = r.total.mean;
+    }
+  }
+  append_jsonl(out_dir + "/e2e_ablate.jsonl", records);
+  std::ostringstream md;
+  md << "# Ablation of the fast training step\n\n- command: `" << run_info().command << "`\n- date: "
+     << run_info().date << "\n- commit: " << run_info().commit << "\n- device: " << run_info().gpu
+     << "\n- rows run in this order in one process; each adds one piece to the row above; "
+     << "\"vs row above\" is the speed-up (>1 faster)\n\n"
+     << table.render();
+  write_text(out_dir + "/e2e_ablate.md", md.str());
+  return table.render();
+}
+
+}  // namespace lmscale

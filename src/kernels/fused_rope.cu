@@ -1,0 +1,110 @@
+// Fused QKV split + RoPE, forward and backward; see fused_rope_params.h. Memory-bound: one read of
+// the (B·T, 3C) activations and one write of q, k, v (and the reverse backward); fp32 math.
+// One thread per (row, pair): consecutive threads walk the pairs of a row, so reads of the GEMM
+// output are coalesced; writes are coalesced within each head's D-wide row.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fused_rope_params.h"
+
+namespace lmscale::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using Vec = __nv_bfloat162;
+  __device__ static float2 load(const void* base, int64_t i) {
+    return __bfloat1622float2(reinterpret_cast<const Vec*>(base)[i / 2]);
+  }
+  __device__ static void store(void* base, int64_t i, float2 v) {
+    reinterpret_cast<Vec*>(base)[i / 2] = __float22bfloat162_rn(v);
+  }
+};
+template <>
+struct Pair<float> {
+  __device__ static float2 load(const void* base, int64_t i) { return reinterpret_cast<const float2*>(base)[i / 2]; }
+  __device__ static void store(void* base, int64_t i, float2 v) { reinterpret_cast<float2*>(base)[i / 2] = v; }
+};
+
+// Element offsets of pair `p` (over B·T rows × C/2 pairs) in the row-major (B·T, ·) input and in the
+// (B, H, T, D) outputs, the width C of one of q/k/v, and the pair's (cos, sin).
+struct PairIndex {
+  int64_t row, col, head_out, C;
+  float2 cs;
+};
+
+// (x0, x1) rotated by the angle whose (cos, sin) is cs; sign −1 rotates back (the transpose).
+__device__ __forceinline__ float2 rotate(float2 v, float2 cs, float sign) {
+  const float s = sign * cs.y;
+  return make_float2(v.x * cs.x - v.y * s, v.x * s + v.y * cs.x);
+}
+__device__ __forceinline__ PairIndex locate(int64_t p, const RopeQkvParams& s) {
+  const int half = s.head_dim / 2;
+  const int64_t pairs_per_row = static_cast<int64_t>(s.heads) * half;
+  PairIndex x;
+  x.row = p / pairs_per_row;  // b·T + t
+  const int64_t in_row = p - x.row * pairs_per_row;
+  const int h = static_cast<int>(in_row / half);
+  const int i = static_cast<int>(in_row - static_cast<int64_t>(h) * half);
+  const int64_t t = x.row % s.seqlen, b = x.row / s.seqlen;
+  x.col = static_cast<int64_t>(h) * s.head_dim + 2 * i;
+  x.head_out = ((b * s.heads + h) * s.seqlen + t) * s.head_dim + 2 * i;
+  x.C = static_cast<int64_t>(s.heads) * s.head_dim;
+  x.cs = reinterpret_cast<const float2*>(s.rotation)[t * half + i];
+  return x;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) rope_qkv_fwd_kernel(const RopeQkvParams s, int64_t total_pairs) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (p >= total_pairs) return;
+  const PairIndex x = locate(p, s);
+  const int64_t in = x.row * s.qkv_row_stride + x.col;
+  Pair<T>::store(s.q_out, x.head_out, rotate(Pair<T>::load(s.qkv_in, in), x.cs, 1.f));
+  Pair<T>::store(s.k_out, x.head_out, rotate(Pair<T>::load(s.qkv_in, in + x.C), x.cs, 1.f));
+  Pair<T>::store(s.v_out, x.head_out, Pair<T>::load(s.qkv_in, in + 2 * x.C));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) rope_qkv_bwd_kernel(const RopeQkvParams s, int64_t total_pairs) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (p >= total_pairs) return;
+  const PairIndex x = locate(p, s);
+  const int64_t out = x.row * 3 * x.C + x.col;
+  // The rotation is orthogonal: its gradient is the rotation by −angle.
+  Pair<T>::store(s.qkv_grad, out, rotate(Pair<T>::load(s.q, x.head_out), x.cs, -1.f));
+  Pair<T>::store(s.qkv_grad, out + x.C, rotate(Pair<T>::load(s.k, x.head_out), x.cs, -1.f));
+  Pair<T>::store(s.qkv_grad, out + 2 * x.C, Pair<T>::load(s.v, x.head_out));
+}
+
+template <bool Backward>
+void launch(const RopeQkvParams& s, void* stream) {
+  if (s.head_dim <= 0 || s.head_dim % 2)
+    throw std::runtime_error("rope_qkv: head_dim must be positive and even, got " + std::to_string(s.head_dim));
+  const int64_t total = static_cast<int64_t>(s.batch) * s.seqlen * s.heads * (s.head_dim / 2);
+  if (total == 0) return;
+  const int64_t blocks = (total + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) throw std::runtime_error("rope_qkv: too many elements for one launch");
+  auto st = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (s.dtype == RopeDtype::kBF16) {
+    if (Backward) rope_qkv_bwd_kernel<__nv_bfloat16><<<grid, kThreads, 0, st>>>(s, total);
+    else rope_qkv_fwd_kernel<__nv_bfloat16><<<grid, kThreads, 0, st>>>(s, total);
+  } else {
+    if (Backward) rope_qkv_bwd_kernel<float><<<grid, kThreads, 0, st>>>(s, total);
+    else rope_qkv_fwd_kernel<float><<<grid, kThreads, 0, st>>>(s, total);
+  }
+  LMSCALE_CUDA_CHECK_LAUNCH("rope_qkv kernel");
+}
+
+}  // namespace
+
+void run_rope_qkv_fwd(const RopeQkvParams& s, void* stream) { launch<false>(s, stream); }
+void run_rope_qkv_bwd(const RopeQkvParams& s, void* stream) { launch<true>(s, stream); }
+
+}  // namespace lmscale::kernels

@@ -1,0 +1,33 @@
+// The boundary between ops/ and the fused QKV-split + RoPE kernels: plain params, no ATen, no CUDA
+// headers. Forward takes the one QKV GEMM's output, rows (B·T) of [q | k | v] (3C wide), and writes
+// q and k rotated (interleaved pairs (2i, 2i+1) by angle t·θ^(−2i/D), docs/spec.md §1) and v as it
+// is, all three in the attention layout (B, H, T, D), contiguous: one pass instead of a split, two
+// upcasts, two complex multiplies, two downcasts and a copy of v. Backward is the transpose: dq and
+// dk rotated back, dv copied, into the GEMM output's gradient (B·T, 3C).
+#pragma once
+#include <cstdint>
+
+namespace lmscale::kernels {
+
+enum class RopeDtype { kBF16 = 0, kFP32 = 1 };
+
+struct RopeQkvParams {
+  const void* qkv_in = nullptr;  // fwd input (B·T, 3C) with row stride qkv_row_stride, last dim contiguous
+  void* qkv_grad = nullptr;      // bwd output, contiguous (B·T, 3C)
+  const void* q = nullptr;       // bwd inputs dq, dk, dv: contiguous (B, H, T, D)
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* q_out = nullptr;         // fwd outputs: contiguous (B, H, T, D)
+  void* k_out = nullptr;
+  void* v_out = nullptr;
+  const float* rotation = nullptr;  // (≥T, D/2, 2) fp32 (cos, sin), position-major, contiguous
+  int64_t qkv_row_stride = 0;       // elements between rows of qkv_in (3C when dense)
+  int batch = 0, seqlen = 0, heads = 0, head_dim = 0;  // head_dim even
+  RopeDtype dtype = RopeDtype::kBF16;
+};
+
+// Launch on `stream` (cudaStream_t as void*); throw std::runtime_error on a CUDA error.
+void run_rope_qkv_fwd(const RopeQkvParams& params, void* stream);
+void run_rope_qkv_bwd(const RopeQkvParams& params, void* stream);
+
+}  // namespace lmscale::kernels

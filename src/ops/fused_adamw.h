@@ -1,0 +1,40 @@
+// The bridge to the multi-tensor AdamW kernel (src/kernels/fused_adamw.cu) and its fp64 reference.
+// Lists are parallel: params[i], grads[i], exp_avgs[i], exp_avg_sqs[i] and, where defined,
+// bf16_copies[i] (written with the updated weight; undefined entries are skipped).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace lmscale::ops {
+
+struct AdamWHyperparams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
+// True when this build has the kernel (compiled with nvcc). The kernel itself needs a CUDA device.
+bool fused_adamw_available();
+
+// Whether fused_adamw_step can take these lists: CUDA, fp32, contiguous, matching sizes, one device
+// (bf16 copies: bf16, contiguous, the param's size). Says why not in `why` when it returns false.
+bool fused_adamw_accepts(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                         const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                         const std::vector<at::Tensor>& bf16_copies, std::string* why = nullptr);
+
+// Advances `step` (an fp32 scalar on the params' device) by one (unless advance_step is false: a
+// step whose params are updated one by one advances it once), then updates every tensor in place, a
+// few launches in all, on the current stream: capturable in a CUDA graph. Throws on bad lists.
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
+                      const AdamWHyperparams& hyper, bool advance_step = true);
+
+// The same step computed in fp64 on any device (the test oracle) from the hyperparameters rounded
+// to fp32, as the kernel and ATen hold them: advances `step`, updates params and moments in place
+// (rounded to their dtype once), and writes the bf16 copies.
+void adamw_reference_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                          const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                          const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
+                          const AdamWHyperparams& hyper);
+
+}  // namespace lmscale::ops
