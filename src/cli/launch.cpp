@@ -28,7 +28,8 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
     std::vector<std::string> command;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("-n,--nproc", a->opts.nproc, "number of ranks (processes) on this machine")
+  app.add_option("-n,--nproc,--nproc-per-node", a->opts.nproc,
+                 "number of ranks (processes) on this machine (--nproc-per-node: torchrun's spelling)")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--master-addr", a->opts.master_addr, "rendezvous address (TCPStore on rank 0)")
       ->capture_default_str();
@@ -38,6 +39,8 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
       ->capture_default_str();
   app.add_option("--program", a->program, "executable to run instead of this lmscale binary");
   app.add_option("command", a->command, "the subcommand and its options, after --")->required();
+  app.footer("The program's own arguments go after `--`.\nExamples:\n  lmscale launch -n 2 -- bench comm --backend gloo\n"
+             "  lmscale launch --nproc-per-node 2 -- bench ddp --size tiny");
   app.callback([a] {
     std::vector<std::string> argv = a->command;
     argv.insert(argv.begin(), a->program.empty() ? self_executable() : a->program);

@@ -35,7 +35,7 @@ struct StepSetup {
   bool optimizer_in_backward = false;
 };
 
-// Checks a setup before anything is allocated; each failure names the flag and the fix.
+// Checks a setup before anything is allocated; each failure names the field and the fix.
 void validate(const StepSetup& s);
 
 class TrainingStep {
