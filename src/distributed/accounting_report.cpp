@@ -3,7 +3,6 @@
 
 #include <iostream>
 
-#include "bench/dist_records.h"
 #include "core/results.h"
 
 namespace lmscale::distributed {
@@ -33,7 +32,11 @@ std::string write_accounting_report(const AccountingInputs& in, const std::strin
                              {"tokens", in.tokens},   {"fsdp_devices", in.fsdp_devices},
                              {"fsdp_x", in.fsdp_x},   {"tp_y", in.tp_y}};
   auto add = [&](const char* metric, double v, const char* unit) {
-    recs.push_back(lmscale::metric_record("account", "lmscale-account", config, metric, v, unit));
+    // As bench/dist_records.h's metric_record (distributed/ may not include bench/).
+    lmscale::Json r = lmscale::make_record("account", "lmscale-account");
+    r.update(config);
+    r.update({{"metric", metric}, {"value", v}, {"unit", unit}});
+    recs.push_back(r);
   };
   add("params", r.params, "count");
   add("training_state_fp32", r.training_state, "B");
