@@ -102,11 +102,13 @@ KernelSupport kernel_support(const std::string& gpu_name, int major, int minor, 
   const int cc = major * 10 + minor;
   std::string list;
   int newest = 0;
+  int best = 0;  // the driver loads the newest machine code the GPU can run
   for (int a : built) {
     list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
     newest = std::max(newest, a);
-    if (a / 10 == major && a % 10 <= minor && k.how.empty()) k.how = "sm_" + std::to_string(a) + " machine code";
+    if (a / 10 == major && a % 10 <= minor) best = std::max(best, a);
   }
+  if (best) k.how = "sm_" + std::to_string(best) + " machine code";
   if (k.how.empty() && newest && cc > newest)
     k.how = "PTX of sm_" + std::to_string(newest) + ", compiled by the driver at first use";
   k.runs = !k.how.empty();
