@@ -226,7 +226,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   for (size_t pi = 0; pi < o.precisions.size(); ++pi) {
     const std::string& prec = o.precisions[pi];
     StepSetup setup;
-    setup.model = model_config(o.size);
+    setup.model = o.model ? *o.model : model_config(o.size);
     setup.model.context_length = std::max(setup.model.context_length, o.context);
     setup.batch = o.batch;
     setup.context = o.context;

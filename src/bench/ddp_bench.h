@@ -6,13 +6,17 @@
 // traces showing the overlap, and the bucket-size overhead model of docs/spec.md §2 (Note [DDP
 // overhead model] in ddp_bench.cpp) checked against the measured best.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "model/config.h"
 
 namespace lmscale {
 
 struct DdpBenchOptions {
   std::string size = "xl";
+  std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
   std::vector<std::string> precisions{"fp32", "bf16"};
   std::vector<std::string> impls{"single", "naive", "flat", "overlap", "bucketed"};  // also "zero2"
   std::vector<double> bucket_mb{1, 10, 100, 1000};

@@ -50,7 +50,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   release_cached_memory(dev);
   reset_peak_memory(dev);
   StepSetup setup;
-  setup.model = model_config(o.size);
+  setup.model = o.model ? *o.model : model_config(o.size);
   setup.model.context_length = std::max(setup.model.context_length, o.context);
   setup.batch = o.batch;
   setup.context = o.context;
@@ -143,9 +143,9 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   auto store = distributed::connect_store(env, timeout);
   std::string backend = o.backend == "auto" ? (torch::cuda::is_available() ? "nccl" : "gloo") : o.backend;
   Group g = distributed::make_group(distributed::parse_backend(backend), store, env, timeout, "zero");
-  c10::OptionalDeviceGuard guard;
+  // Constructed with its device (not reset later): GCC's -Wmaybe-uninitialized misreads the reset.
+  c10::OptionalDeviceGuard guard(g.device.is_cuda() ? std::optional<c10::Device>(g.device) : std::nullopt);
   if (g.device.is_cuda()) {
-    guard.reset_device(g.device);
     // The caching allocator of a device that never allocated rejects stats calls ("did you call
     // init?"): on ranks > 0 nothing has touched cuda:LOCAL_RANK yet.
     at::empty({1}, at::TensorOptions().device(g.device));

@@ -3,13 +3,17 @@
 // all-gather) and with gradients sharded too (ZeRO-2: bucketed reduce-scatter during backward): allocated bytes after model init, just before and just after the optimizer step,
 // the peak, a breakdown (parameters, gradients, optimizer state) and the time per iteration.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "model/config.h"
 
 namespace lmscale {
 
 struct ZeroBenchOptions {
   std::string size = "xl";
+  std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
   std::string precision = "fp32";
   std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"};
   double bucket_mb = 25;  // zero2: gradient bucket cap (MiB)

@@ -1,11 +1,19 @@
-// `lmscale account`: the parallelism accounting calculator (dist/accounting.h), every input a flag;
-// prints a markdown table and writes <out>/account.{jsonl,md}.
-#include <iostream>
-
+// `lmscale account`: the parallelism accounting calculator (distributed/accounting.h), every input a
+// flag. Options and one call: the table and files are distributed/accounting_report.
 #include "cli/registry.h"
-#include "bench/dist_records.h"
-#include "core/results.h"
-#include "distributed/accounting.h"
+#include "cli/step_args.h"
+#include "distributed/accounting_report.h"
+
+namespace {
+
+// Counts are whole numbers: typed INT in the help and rejected when fractional, stored as double.
+void add_count(CLI::App& app, const std::string& name, double& field, const std::string& help) {
+  app.add_option_function<int64_t>(name, [&field](const int64_t& v) { field = static_cast<double>(v); }, help)
+      ->check(lmscale::cli::at_least(1))
+      ->default_str(std::to_string(static_cast<int64_t>(field)));
+}
+
+}  // namespace
 
 LMSCALE_SUBCOMMAND("", "account", "parallelism accounting: FP32 state vs BF16 activations, FSDP fit, FSDPxTP compute bound", [](CLI::App& app) {
   struct Args {
@@ -14,58 +22,19 @@ LMSCALE_SUBCOMMAND("", "account", "parallelism accounting: FP32 state vs BF16 ac
   };
   auto a = std::make_shared<Args>();
   auto& in = a->in;
-  app.add_option("--d-model", in.d_model, "model width D")->capture_default_str();
-  app.add_option("--d-ff", in.d_ff, "feed-forward width F")->capture_default_str();
-  app.add_option("--blocks", in.blocks, "blocks (each: two linears, D→F and F→D)")->capture_default_str();
-  app.add_option("--tokens", in.tokens, "tokens whose activations are saved for backward")->capture_default_str();
-  app.add_option("--fsdp-devices", in.fsdp_devices, "N for the per-device FSDP memory")->capture_default_str();
+  add_count(app, "--d-model", in.d_model, "model width D");
+  add_count(app, "--d-ff", in.d_ff, "feed-forward width F");
+  add_count(app, "--blocks", in.blocks, "blocks (each: two linears, D→F and F→D)");
+  add_count(app, "--tokens", in.tokens, "tokens whose activations are saved for backward");
+  add_count(app, "--fsdp-devices", in.fsdp_devices, "N for the per-device FSDP memory");
   app.add_option("--device-memory", in.device_memory, "bytes per device (95e9 for TPU v5p)")->capture_default_str();
-  app.add_option("--fsdp-x", in.fsdp_x, "FSDP axis X of the FSDP x TP mesh")->capture_default_str();
-  app.add_option("--tp-y", in.tp_y, "TP axis Y of the FSDP x TP mesh")->capture_default_str();
+  add_count(app, "--fsdp-x", in.fsdp_x, "FSDP axis X of the FSDP x TP mesh");
+  add_count(app, "--tp-y", in.tp_y, "TP axis Y of the FSDP x TP mesh");
   app.add_option("--ici-bandwidth", in.ici_bandwidth, "W_ici, bytes/s")->capture_default_str();
   app.add_option("--flops", in.flops, "C, FLOP/s per device")->capture_default_str();
-  app.add_option("--mx", in.m_x, "M_X, links along the FSDP axis")->capture_default_str();
-  app.add_option("--my", in.m_y, "M_Y, links along the TP axis")->capture_default_str();
+  add_count(app, "--mx", in.m_x, "M_X, links along the FSDP axis");
+  add_count(app, "--my", in.m_y, "M_Y, links along the TP axis");
   app.add_option("--out", a->out, "results folder (account.jsonl, account.md)")->capture_default_str();
-  app.callback([a] {
-    using lmscale::fmt;
-    using lmscale::fmt_bytes;
-    const auto& in = a->in;
-    const auto r = lmscale::distributed::account(in);
-    lmscale::MarkdownTable t({"quantity", "value", "how"});
-    t.add_row({"parameters", fmt(r.params / 1e9, 2) + " B", "2·D·F·blocks"});
-    t.add_row({"FP32 weights", fmt_bytes(r.weights_fp32), "4 B/param"});
-    t.add_row({"FP32 gradients", fmt_bytes(r.grads_fp32), "4 B/param"});
-    t.add_row({"FP32 AdamW state", fmt_bytes(r.adam_fp32), "8 B/param (two moments)"});
-    t.add_row({"training state total", fmt_bytes(r.training_state) + " (" + fmt(r.training_state / 1e9, 1) + " GB)",
-               "16 B/param"});
-    t.add_row({"BF16 activations / token", fmt_bytes(r.activations_per_token_bf16), "blocks·(D+F)·2 B"});
-    t.add_row({"BF16 activations (" + fmt(in.tokens, 0) + " tokens)", fmt_bytes(r.activations_bf16), ""});
-    t.add_row({"FSDP per device (N=" + fmt(in.fsdp_devices, 0) + ")", fmt(r.fsdp_per_device / 1e9, 1) + " GB",
-               "(state + acts/2)/N + acts/2"});
-    t.add_row({"FSDP devices to fit " + fmt(in.device_memory / 1e9, 0) + " GB", fmt(r.fsdp_devices_to_fit, 0),
-               "ceil((state + acts/2)/(M − acts/2))"});
-    t.add_row({"compute-bound batch / device (X=" + fmt(in.fsdp_x, 0) + ", Y=" + fmt(in.tp_y, 0) + ")",
-               fmt(r.compute_bound_batch_per_device, 1) + " tokens", "F/(Y·W·M_X) / (F/C − Y/(W·M_Y))"});
-    t.add_row({"compute-bound batch total", fmt(r.compute_bound_batch_total, 0) + " tokens", "× X·Y devices"});
-    std::vector<lmscale::Json> recs;
-    const lmscale::Json config{{"d_model", in.d_model}, {"d_ff", in.d_ff},   {"blocks", in.blocks},
-                               {"tokens", in.tokens},   {"fsdp_devices", in.fsdp_devices},
-                               {"fsdp_x", in.fsdp_x},   {"tp_y", in.tp_y}};
-    auto add = [&](const char* metric, double v, const char* unit) {
-      recs.push_back(lmscale::metric_record("account", "lmscale-account", config, metric, v, unit));
-    };
-    add("params", r.params, "count");
-    add("training_state_fp32", r.training_state, "B");
-    add("activations_per_token_bf16", r.activations_per_token_bf16, "B");
-    add("activations_bf16", r.activations_bf16, "B");
-    add("fsdp_per_device", r.fsdp_per_device, "B");
-    add("fsdp_devices_to_fit", r.fsdp_devices_to_fit, "count");
-    add("compute_bound_batch_per_device", r.compute_bound_batch_per_device, "tokens");
-    add("compute_bound_batch_total", r.compute_bound_batch_total, "tokens");
-    lmscale::append_jsonl(a->out + "/account.jsonl", recs);
-    const std::string md = "# lmscale account\n\n`" + lmscale::run_info().command + "`\n\n" + t.render();
-    lmscale::write_text(a->out + "/account.md", md);
-    std::cout << t.render() << "\nwrote " << a->out << "/account.{jsonl,md}\n";
-  });
+  app.footer("Example:\n  lmscale account --d-model 16384 --d-ff 53248 --blocks 126 --tokens 16384 --fsdp-devices 8");
+  app.callback([a] { lmscale::distributed::write_accounting_report(a->in, a->out); });
 });

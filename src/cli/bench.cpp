@@ -8,64 +8,47 @@
 #include "bench/e2e_sweep.h"
 #include "bench/e2e_torch_baseline.h"
 #include "cli/registry.h"
+#include "cli/step_args.h"
 #include "core/device.h"
 
 namespace {
 
 struct BenchArgs {
-  std::vector<std::string> sizes, precisions, modes, attention, compare;
-  std::vector<int64_t> contexts;
-  int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000, model_context = 0, batch = 4;
-  int warmup = 5, steps = 10;
-  std::string device = "auto", out = "results", compile_scope, baseline_scope = "model";
-  bool cuda_graph = false, warmup_study = false, all_sizes = false, resume = false, ablate = false;
+  lmscale::cli::StepArgs step;
+  int64_t model_context = 0;
+  std::string out = "results", compile_scope, baseline_scope = "model";
+  bool warmup_study = false, all_sizes = false, resume = false, ablate = false;
 };
-
-lmscale::ModelConfig custom_or_named(const std::string& size, const BenchArgs& a) {
-  if (size != "custom") {
-    auto c = lmscale::model_config(size);
-    if (a.d_model || a.d_ff || a.layers || a.heads)
-      std::cerr << "note: --d-model/--d-ff/--layers/--heads apply to --size custom only; using " << size << "\n";
-    return c;
-  }
-  TORCH_CHECK(a.d_model > 0 && a.d_ff > 0 && a.layers > 0 && a.heads > 0,
-              "--size custom needs --d-model, --d-ff, --layers and --heads (all positive)");
-  lmscale::ModelConfig c;
-  c.name = "custom";
-  c.vocab_size = a.vocab;
-  c.d_model = a.d_model;
-  c.d_ff = a.d_ff;
-  c.num_layers = a.layers;
-  c.num_heads = a.heads;
-  c.validate();
-  return c;
-}
 
 void run(BenchArgs a) {
   using namespace lmscale;
-  const c10::Device device = resolve_device(a.device);
+  auto& st = a.step;
+  const c10::Device device = resolve_device(st.device);
   const bool gpu = device.is_cuda();
   set_run_gpu(device_name(device));
   // Defaults depend on the device: the GPU default is the config docs/spec.md §5 compares against.
-  if (a.all_sizes) a.sizes = size_names();
-  if (a.sizes.empty()) a.sizes = {gpu ? "small" : "tiny"};
-  if (a.contexts.empty()) a.contexts = {gpu ? 512 : 128};
-  if (a.precisions.empty()) a.precisions = {gpu ? "bf16" : "fp32"};
-  if (a.modes.empty()) a.modes = {"train-step"};
-  if (a.attention.empty()) a.attention = {"naive"};
-  for (auto t : a.contexts) TORCH_CHECK(t > 0, "--context must be positive, got ", t);
+  if (a.all_sizes) st.size = size_names();
+  if (!gpu && st.device == "auto")
+    std::cout << "lmscale: no GPU found: running on the CPU" << (st.size.empty() ? " with the small CPU "
+                                                                  "configuration (tiny, context 128, fp32)" : "")
+              << "; on a GPU machine this runs small, context 512, bf16\n";
+  if (st.size.empty()) st.size = {gpu ? "small" : "tiny"};
+  if (st.context.empty()) st.context = {gpu ? 512 : 128};
+  if (st.precision.empty()) st.precision = {gpu ? "bf16" : "fp32"};
+  if (st.attention.empty()) st.attention = {gpu ? "flash" : "naive"};
+  if (st.cuda_graph.value_or(false) && !gpu)
+    throw CLI::ValidationError("--cuda-graph", "captures CUDA work and needs a GPU: drop it or use --device cuda");
 
   E2ESweep s;
-  for (const auto& n : a.sizes) s.models.push_back(custom_or_named(n, a));
-  s.contexts = a.contexts;
-  for (const auto& p : a.precisions) s.precisions.push_back(parse_dtype(p));
-  for (const auto& m : a.modes) s.modes.push_back(parse_mode(m));
-  for (const auto& b : a.attention) s.backends.push_back(parse_attention_backend(b));
-  s.baselines = a.compare;  // CLI11 already split the comma lists
+  s.models = cli::models(st);
+  s.contexts = st.context;
+  for (const auto& p : st.precision) s.precisions.push_back(parse_dtype(p));
+  for (const auto& m : st.mode) s.modes.push_back(parse_mode(m));
+  for (const auto& b : st.attention) s.backends.push_back(parse_attention_backend(b));
+  for (const auto& i : st.impl)
+    if (i != "lmscale") s.baselines.push_back(i);  // lmscale always runs; the rest are baselines
   for (const auto& b : s.baselines) check_torch_baseline(b);
   if (!a.compile_scope.empty()) {  // the older spelling: blocks was the naive baseline's compile scope
-    TORCH_CHECK(a.compile_scope == "blocks" || a.compile_scope == "model", "--compile-scope '", a.compile_scope,
-                "' is not a scope: use --baseline-scope model or naive");
     a.baseline_scope = a.compile_scope == "blocks" ? "naive" : "model";
     std::cerr << "note: --compile-scope is deprecated; it means --baseline-scope " << a.baseline_scope << "\n";
   }
@@ -73,16 +56,14 @@ void run(BenchArgs a) {
   s.baseline_scope = a.baseline_scope;
   s.resume = a.resume;
   s.model_context = a.model_context;
-  s.base.setup.batch = a.batch;
+  s.base.setup.batch = st.batch;
   s.base.setup.device = device;
-  s.base.warmup = a.warmup;
-  s.base.steps = a.steps;
-  s.base.cuda_graph = a.cuda_graph;
+  s.base.setup.fused = st.fused;
+  s.base.setup.optimizer_in_backward = st.optimizer_in_backward;
+  s.base.warmup = static_cast<int>(st.warmup);
+  s.base.steps = static_cast<int>(st.steps);
+  if (st.cuda_graph) s.base.cuda_graph = *st.cuda_graph;
   s.out_dir = a.out;
-  TORCH_CHECK(a.warmup >= 0, "--warmup must be >= 0, got ", a.warmup);
-  TORCH_CHECK(a.steps >= 1, "--steps must be >= 1, got ", a.steps);
-  TORCH_CHECK(a.batch >= 1, "--batch must be >= 1, got ", a.batch);
-  TORCH_CHECK(!a.cuda_graph || gpu, "--cuda-graph captures CUDA work and needs a GPU: drop it or use --device cuda");
   // Validate every config before the first one runs, so a typo fails in a second, not an hour in.
   for (const auto& m : s.models)
     for (auto t : s.contexts)
@@ -112,41 +93,41 @@ void run(BenchArgs a) {
 }  // namespace
 
 LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the other benchmarks)", [](CLI::App& app) {
+  using namespace lmscale::cli;
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("--size", a->sizes, "model size(s): tiny, small, medium, large, xl, 2.7B, custom (comma list)")
-      ->delimiter(',');
-  app.add_flag("--all-sizes", a->all_sizes, "the five REFERENCE sizes, small … 2.7B");
-  app.add_option("--d-model", a->d_model, "custom size: model dim");
-  app.add_option("--d-ff", a->d_ff, "custom size: feed-forward dim");
-  app.add_option("--layers", a->layers, "custom size: number of blocks");
-  app.add_option("--heads", a->heads, "custom size: attention heads");
-  app.add_option("--vocab", a->vocab, "custom size: vocabulary (default 10000)");
-  app.add_option("--context", a->contexts, "sequence length(s) (comma list; default 512 on GPU, 128 on CPU)")
-      ->delimiter(',');
-  app.add_option("--model-context", a->model_context, "model's max context (default: longest --context)");
-  app.add_option("--batch", a->batch, "batch size (default 4)");
-  app.add_option("--warmup", a->warmup, "warm-up steps, not timed (default 5)");
-  app.add_option("--steps", a->steps, "timed steps (default 10)");
-  app.add_option("--mode", a->modes, "forward | forward-backward | train-step (comma list; default train-step)")
-      ->delimiter(',');
-  app.add_option("--precision", a->precisions, "fp32 | bf16 | fp16 autocast (comma list; default bf16 GPU, fp32 CPU)")
-      ->delimiter(',');
-  app.add_option("--attention", a->attention, "naive | sdpa | flash (comma list; default naive)")->delimiter(',');
-  app.add_option("--device", a->device, "auto | cpu | cuda | cuda:N (default auto)");
-  app.add_flag("--cuda-graph", a->cuda_graph, "capture the whole step as one CUDA graph and replay it");
+  // Empty lists: chosen by device in run() (GPU: small, 512, bf16; CPU: tiny, 128, fp32).
+  a->step.size.clear();
+  a->step.context.clear();
+  a->step.precision.clear();
+  a->step.attention.clear();  // flash on a GPU (the fast path), naive on the CPU
+  a->step.impl = {"lmscale"};
+  add_step_options(app, a->step,
+                   {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kDevice | kWarmup | kSteps |
+                        kFastPath | kCudaGraph,
+                    kSize | kContext | kPrecision | kMode | kAttention | kImpl,
+                    {"lmscale", "torch-eager", "torch-compile", "torch-compile-ro"},
+                    "lmscale (always runs) and PyTorch baselines in the same run: torch-eager, torch-compile, "
+                    "torch-compile-ro (reduce-overhead)"});
+  app.add_flag("--all-sizes", a->all_sizes, "the five sizes of docs/spec.md §1, small … 2.7B");
+  app.add_option("--model-context", a->model_context, "model's max context (default: longest --context)")
+      ->check(at_least(0));
+  app.add_flag("--warmup-study", a->warmup_study, "run the first config with 0, 1, 2, 5 warm-up steps");
   app.add_flag("--ablate", a->ablate,
                "one row per fast-path piece (eager unfused, + CUDA graph, + each fusion) for each config");
-  app.add_flag("--warmup-study", a->warmup_study, "run the first config with 0, 1, 2, 5 warm-up steps");
-  app.add_option("--compare", a->compare,
-                 "PyTorch baselines in the same run: torch-eager, torch-compile, torch-compile-ro (comma list)")
-      ->delimiter(',');
   app.add_option("--baseline-scope", a->baseline_scope,
                  "what the baselines measure: model (SDPA, whole model compiled; default) or naive (attention "
-                 "written out, each block compiled)");
-  app.add_option("--compile-scope", a->compile_scope, "deprecated: blocks = --baseline-scope naive, model = model");
-  app.add_option("--out", a->out, "results folder (default results/)");
+                 "written out, each block compiled)")
+      ->check(one_of("baseline scope", {"model", "naive"}))->capture_default_str();
+  app.add_option("--compile-scope", a->compile_scope, "deprecated: blocks = --baseline-scope naive, model = model")
+      ->check(one_of("compile scope", {"blocks", "model"}));
+  app.add_option("--out", a->out, "results folder (e2e.jsonl, e2e.md)")->capture_default_str();
   app.add_flag("--resume", a->resume,
                "keep results already in <out>/e2e.jsonl for the same configs; measure only the rest");
+  app.footer("Defaults: small, context 512, bf16, flash attention, CUDA graph on a GPU; tiny, context 128, fp32, naive "
+             "attention on the CPU.\n"
+             "Examples:\n  lmscale bench\n  lmscale bench --size small,medium --context 256,512 --precision bf16\n"
+             "  lmscale bench --size custom --d-model 512 --d-ff 2048 --layers 8 --heads 8 --attention flash\n"
+             "  lmscale bench --impl lmscale,torch-compile,torch-compile-ro\n  lmscale bench --ablate --size small,xl");
   app.callback([a, &app] {
     if (!app.get_subcommands().empty()) return;  // a nested benchmark ran instead
     run(*a);

@@ -17,6 +17,7 @@ LMSCALE_SUBCOMMAND("bench", "comm", "all-reduce / reduce-scatter / all-gather ba
   app.add_option("--seconds-per-cell", o->seconds_per_cell, "time budget that caps --iters for slow cells")
       ->capture_default_str();
   app.add_option("--out", o->out, "results folder (comm.jsonl, comm.md)")->capture_default_str();
+  app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench comm --backend gloo --sizes-mb 1,10");
   app.callback([o] {
     std::string table = lmscale::run_comm_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/comm.{jsonl,md}\n";

@@ -3,21 +3,27 @@
 
 #include "bench/ddp_bench.h"
 #include "cli/registry.h"
+#include "cli/step_args.h"
 
 LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, bucketed vs single device", [](CLI::App& app) {
+  using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
-  app.add_option("--size", o->size, "model size (tiny, small, medium, large, xl, 2.7B)")->capture_default_str();
-  app.add_option("--precision", o->precisions, "fp32, bf16 (autocast); comma list")->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--impls", o->impls, "single, naive, flat, overlap, bucketed; comma list")->delimiter(',')
-      ->capture_default_str();
+  auto st = std::make_shared<StepArgs>();
+  st->size = {o->size};
+  st->context = {o->context};
+  st->precision = o->precisions;
+  st->impl = o->impls;
+  st->batch = o->batch;
+  st->warmup = o->warmup;
+  st->steps = o->steps;
+  add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps,
+                              kPrecision | kImpl,
+                              {"single", "naive", "flat", "overlap", "bucketed"},
+                              "DDP policies (single = one device, the baseline)"});
   app.add_option("--bucket-mb", o->bucket_mb, "bucket caps for 'bucketed' (MiB, comma list)")->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--batch", o->batch, "batch per rank")->capture_default_str();
-  app.add_option("--context", o->context, "sequence length")->capture_default_str();
-  app.add_option("--warmup", o->warmup, "untimed steps per config")->capture_default_str();
-  app.add_option("--steps", o->steps, "timed steps per config")->capture_default_str();
-  app.add_option("--backend", o->backend, "auto, nccl, gloo")->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
+  app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
+      ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--trace-dir", o->trace_dir, "write Chrome/Perfetto traces of one step (rank 0) here");
   app.add_option("--trace-impls", o->trace_impls, "which impls to trace (comma list)")->delimiter(',')
       ->capture_default_str();
@@ -35,9 +41,18 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
   app.add_option("--nccl-max-ctas", o->nccl_max_ctas, "NCCL: at most this many CTAs per collective (0: NCCL's choice)");
   app.add_option("--nccl-min-ctas", o->nccl_min_ctas, "NCCL: at least this many CTAs per collective (0: NCCL's choice)");
   app.add_flag("--nccl-high-priority", o->nccl_high_priority, "NCCL: run collectives on a high-priority stream");
-  app.footer("Run under `lmscale launch -n 2 --`. A collective that does not finish within LMSCALE_DIST_TIMEOUT_S "
-             "seconds (default 300) stops the run, naming the rank, collective, step and missing ranks.");
-  app.callback([o] {
+  app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16\n"
+             "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
+             "naming the rank, collective, step and missing ranks.");
+  app.callback([o, st] {
+    o->size = st->size.front();
+    o->model = model_override(*st);
+    o->context = st->context.front();
+    o->precisions = st->precision;
+    o->impls = st->impl;
+    o->batch = st->batch;
+    o->warmup = static_cast<int>(st->warmup);
+    o->steps = static_cast<int>(st->steps);
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";
   });

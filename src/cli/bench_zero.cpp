@@ -3,23 +3,38 @@
 
 #include "bench/zero_bench.h"
 #include "cli/registry.h"
+#include "cli/step_args.h"
 
 LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO-1, ZeRO-2): memory breakdown and step time", [](CLI::App& app) {
+  using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::ZeroBenchOptions>();
-  app.add_option("--size", o->size, "model size")->capture_default_str();
-  app.add_option("--precision", o->precision, "fp32 or bf16 (autocast)")->capture_default_str();
-  app.add_option("--impls", o->impls, "unsharded, zero1-broadcast, zero1-reduce-scatter, zero2")->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--batch", o->batch, "batch per rank")->capture_default_str();
-  app.add_option("--context", o->context, "sequence length")->capture_default_str();
-  app.add_option("--warmup", o->warmup, "untimed steps")->capture_default_str();
-  app.add_option("--steps", o->steps, "timed steps")->capture_default_str();
-  app.add_option("--backend", o->backend, "auto, nccl, gloo")->capture_default_str();
+  auto st = std::make_shared<StepArgs>();
+  st->size = {o->size};
+  st->context = {o->context};
+  st->precision = {o->precision};
+  st->impl = o->impls;
+  st->batch = o->batch;
+  st->warmup = o->warmup;
+  st->steps = o->steps;
+  add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps, kImpl,
+                              {"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"},
+                              "optimizer-state layouts"});
+  app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
+      ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--out", o->out, "results folder (zero.jsonl, zero.md)")->capture_default_str();
   app.add_option("--bucket-mb", o->bucket_mb, "zero2: gradient bucket cap in MiB")->capture_default_str();
-  app.footer("Run under `lmscale launch -n 2 --`. A collective that does not finish within LMSCALE_DIST_TIMEOUT_S "
-             "seconds (default 300) stops the run, naming the rank, collective, step and missing ranks.");
-  app.callback([o] {
+  app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench zero --size small --precision bf16\n"
+             "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
+             "naming the rank, collective, step and missing ranks.");
+  app.callback([o, st] {
+    o->size = st->size.front();
+    o->model = model_override(*st);
+    o->context = st->context.front();
+    o->precision = st->precision.front();
+    o->impls = st->impl;
+    o->batch = st->batch;
+    o->warmup = static_cast<int>(st->warmup);
+    o->steps = static_cast<int>(st->steps);
     std::string table = lmscale::run_zero_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/zero.{jsonl,md}\n";
   });

@@ -1,110 +1,32 @@
-// `lmscale lab accumulation` and `lmscale lab autocast`: the mixed-precision lab of docs/spec.md §2.3,
-// printed as tables and saved as <out>/lab.jsonl (bench "lab") plus one markdown file per experiment.
-// The experiments themselves live in bench/lab_precision.
-#include <torch/cuda.h>
-
-#include <iostream>
-
-#include "profile/lab_precision.h"
+// `lmscale lab accumulation` and `lmscale lab autocast`: the mixed-precision lab of docs/spec.md §2.3.
+// Options and one call each: the experiments are profile/lab_precision, the reports profile/lab_report.
 #include "cli/registry.h"
-#include "core/device.h"
-#include "core/results.h"
-
-namespace {
-
-using namespace lmscale;
-
-// Prints the table and writes it (with a title) to <out>/<file>; appends the records to lab.jsonl.
-void emit(const std::string& out, const std::string& file, const std::string& title, const MarkdownTable& table,
-          const std::vector<Json>& records) {
-  std::string md = "## " + title + "\n\n" + table.render() + "\n_command: `" + run_info().command +
-                   "`, commit " + run_info().commit + ", " + run_info().date + ", " + run_info().gpu + "_\n";
-  std::cout << table.render();
-  append_jsonl(out + "/lab.jsonl", records);
-  std::cout << "wrote " << write_text(out + "/" + file, md) << " and " << out << "/lab.jsonl\n";
-}
-
-void run_accumulation_cli(int64_t steps, double increment, const std::string& out) {
-  MarkdownTable table({"variant", "accumulator", "increment stored as", "added as", "sum", "expected (handout)"});
-  std::vector<Json> records;
-  for (const auto& r : run_accumulation(steps, increment)) {
-    table.add_row({r.variant, r.accumulator, r.increment, r.added_as, fmt(r.value, 4),
-                   r.expected ? fmt(r.expected, 4) : "-"});
-    Json j = make_record("lab", "aten");
-    j.update({{"experiment", "accumulation"}, {"variant", r.variant}, {"accumulator", r.accumulator},
-              {"increment_dtype", r.increment}, {"added_as", r.added_as}, {"steps", steps},
-              {"increment", increment}, {"metric", "sum"}, {"value", r.value}, {"unit", ""}});
-    if (r.expected) j["expected"] = r.expected;
-    records.push_back(j);
-  }
-  emit(out, "lab_accumulation.md",
-       "Sum of " + fmt(increment, 4) + " added " + std::to_string(steps) + " times", table, records);
-}
-
-void run_autocast_cli(const std::string& device_spec, const std::string& out) {
-  std::vector<c10::Device> devices;
-  if (device_spec == "all") {
-    devices.emplace_back("cpu");
-    if (torch::cuda::is_available()) devices.emplace_back("cuda:0");
-  } else {
-    devices.push_back(resolve_device(device_spec));
-  }
-  for (const auto& d : devices)
-    if (d.is_cuda()) set_run_gpu(device_name(d));
-  MarkdownTable table({"device", "autocast", "parameters", "fc1 out", "ReLU out", "LayerNorm out", "logits", "loss",
-                       "gradients"});
-  std::vector<Json> records;
-  for (const auto& d : devices) {
-    for (auto dt : {c10::kHalf, c10::kBFloat16}) {
-      auto r = run_autocast_toy(d, dt);
-      if (!r.error.empty()) {
-        table.add_row({r.device, r.autocast, "error: " + r.error, "", "", "", "", "", ""});
-        Json j = make_record("lab", "aten-autocast");
-        j.update({{"experiment", "autocast"}, {"device", r.device}, {"dtype", r.autocast}, {"metric", "error"},
-                  {"value", r.error}, {"unit", ""}});
-        records.push_back(j);
-        continue;
-      }
-      table.add_row({r.device, r.autocast, r.params, r.fc1_out, r.relu_out, r.layernorm_out, r.logits, r.loss,
-                     r.grads});
-      const std::pair<const char*, const std::string*> fields[] = {
-          {"parameters", &r.params}, {"fc1_out", &r.fc1_out}, {"relu_out", &r.relu_out},
-          {"layernorm_out", &r.layernorm_out}, {"logits", &r.logits}, {"loss", &r.loss}, {"gradients", &r.grads}};
-      for (const auto& [tensor, value] : fields) {
-        Json j = make_record("lab", "aten-autocast");
-        j.update({{"experiment", "autocast"}, {"device", r.device}, {"dtype", r.autocast}, {"tensor", tensor},
-                  {"metric", "dtype"}, {"value", *value}, {"unit", ""}});
-        records.push_back(j);
-      }
-    }
-  }
-  emit(out, "lab_autocast.md",
-       "Toy model fc1 → ReLU → LayerNorm → fc2 under autocast (fp32 parameters)", table, records);
-}
-
-}  // namespace
+#include "cli/step_args.h"
+#include "profile/lab_report.h"
 
 LMSCALE_SUBCOMMAND("", "lab", "mixed-precision lab: accumulation error and autocast dtypes", [](CLI::App& app) {
   app.require_subcommand(1);
+  app.footer("Examples:\n  lmscale lab accumulation\n  lmscale lab autocast --device cpu");
 });
 
 LMSCALE_SUBCOMMAND("lab", "accumulation", "sum 0.01 a thousand times in four precision setups", [](CLI::App& app) {
   auto steps = std::make_shared<int64_t>(1000);
   auto increment = std::make_shared<double>(0.01);
   auto out = std::make_shared<std::string>("results");
-  app.add_option("--steps", *steps, "number of additions")->capture_default_str();
+  app.add_option("--steps", *steps, "number of additions")->check(lmscale::cli::at_least(1))->capture_default_str();
   app.add_option("--increment", *increment, "value added each step")->capture_default_str();
   app.add_option("--out", *out, "results folder (lab.jsonl, lab_accumulation.md)")->capture_default_str();
-  app.callback([=] { run_accumulation_cli(*steps, *increment, *out); });
+  app.footer("Example:\n  lmscale lab accumulation --steps 1000 --increment 0.01");
+  app.callback([=] { lmscale::run_accumulation_report(*steps, *increment, *out); });
 });
 
 LMSCALE_SUBCOMMAND("lab", "autocast", "dtypes of a toy model's tensors under fp16 and bf16 autocast",
                    [](CLI::App& app) {
-                     auto device = std::make_shared<std::string>("all");
-                     auto out = std::make_shared<std::string>("results");
-                     app.add_option("--device", *device, "all (cpu, plus cuda:0 if visible), cpu, cuda or cuda:N")
-                         ->capture_default_str();
-                     app.add_option("--out", *out, "results folder (lab.jsonl, lab_autocast.md)")
-                         ->capture_default_str();
-                     app.callback([=] { run_autocast_cli(*device, *out); });
-                   });
+  auto device = std::make_shared<std::string>("all");
+  auto out = std::make_shared<std::string>("results");
+  app.add_option("--device", *device, "all (cpu, plus cuda:0 if visible), cpu, cuda or cuda:N")
+      ->capture_default_str();
+  app.add_option("--out", *out, "results folder (lab.jsonl, lab_autocast.md)")->capture_default_str();
+  app.footer("Example:\n  lmscale lab autocast --device all");
+  app.callback([=] { lmscale::run_autocast_report(*device, *out); });
+});

@@ -28,7 +28,8 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
     std::vector<std::string> command;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("-n,--nproc", a->opts.nproc, "number of ranks (processes) on this machine")
+  app.add_option("-n,--nproc,--nproc-per-node", a->opts.nproc,
+                 "number of ranks (processes) on this machine (--nproc-per-node: torchrun's spelling)")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--nnodes", a->opts.nnodes, "machines in the run (each runs this command with its --node-rank)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
@@ -41,7 +42,9 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
       ->capture_default_str();
   app.add_option("--program", a->program, "executable to run instead of this lmscale binary");
   app.add_option("command", a->command, "the subcommand and its options, after --")->required();
-  app.footer("Several machines: run `lmscale launch --nnodes 2 --node-rank R -n 8 --master-addr NODE0 --master-port "
+  app.footer("The program's own arguments go after `--`.\nExamples:\n  lmscale launch -n 2 -- bench comm --backend gloo\n"
+             "  lmscale launch --nproc-per-node 2 -- bench ddp --size tiny\n"
+             "Several machines: run `lmscale launch --nnodes 2 --node-rank R -n 8 --master-addr NODE0 --master-port "
              "29500 -- ...` on each (or torchrun --nnodes 2 --node-rank R --nproc-per-node 8 --master-addr NODE0 "
              "--no-python lmscale ...). Collectives time out after LMSCALE_DIST_TIMEOUT_S seconds (default 300).");
   app.callback([a] {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli/registry.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/results.h"
 
@@ -16,9 +17,13 @@ std::vector<Subcommand>& registry() {
 
 int main(int argc, char** argv) {
   using namespace lmscale::cli;
-  CLI::App app{"lmscale: where time and memory go in Transformer training, fast attention, data parallelism"};
+  // Named explicitly: usage lines say `lmscale bench`, not the binary's path.
+  CLI::App app{"lmscale: where time and memory go in Transformer training, fast attention, data parallelism",
+               "lmscale"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "lmscale 0.1");
+  app.set_version_flag("--version", "lmscale " LMSCALE_VERSION);
+  app.footer("Examples:\n  lmscale info\n  lmscale bench --size small --context 256,512\n"
+             "  lmscale launch -n 2 -- bench ddp --size tiny\nRun `lmscale <subcommand> --help` for its options.");
   std::map<std::string, CLI::App*> apps{{"", &app}};
   // Parents before children: a path is registered only once its parent exists.
   auto pending = registry();
@@ -42,10 +47,15 @@ int main(int argc, char** argv) {
     }
   }
   lmscale::set_run_command(argc, argv);
+  // Old spellings become today's (with a note), so CLI11 sees one vocabulary.
+  const std::vector<std::string> args = normalize_args(std::vector<std::string>(argv + 1, argv + argc), app);
+  std::vector<char*> parsed_argv{argv[0]};
+  for (const auto& s : args) parsed_argv.push_back(const_cast<char*>(s.c_str()));
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(parsed_argv.size()), parsed_argv.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return report_parse_error(app, args, e);
   } catch (const std::exception& e) {
     std::cerr << "lmscale: error: " << lmscale::error_message(e) << "\n";
     return 1;

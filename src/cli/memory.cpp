@@ -1,205 +1,54 @@
-// `lmscale memory`: the peak-memory table (size × context × precision × forward/train-step, OOM
-// cells), memory-history snapshots for PyTorch's memory viewer, the largest allocations live at
-// the peak and where they come from, the fp32 residual-activation size, and the active-memory
-// timeline (JSON, plotted to PNG by scripts/plot_memory.py). Measuring is bench/memory_run.
-#include <cstdlib>
-#include <iostream>
-
-#include "profile/memory_run.h"
+// `lmscale memory`: the peak-memory table, memory-viewer snapshots, the largest allocations and the
+// timeline plot. Options and one call: the report is profile/memory_report.
 #include "cli/registry.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "core/results.h"
-#include "model/config.h"
-
-namespace {
-
-using namespace lmscale;
-
-struct MemoryArgs {
-  std::string size = "2.7B", attention = "naive", device = "auto", out = "results", stacks = "python";
-  std::vector<int64_t> contexts{128, 256, 512};
-  std::vector<std::string> precisions{"fp32", "bf16"}, modes{"forward", "train-step"};
-  int64_t batch = 4;
-  int64_t snapshot_context = 0;  // 0: the first --contexts entry
-  std::string snapshot_precision;  // "": the first --precisions entry
-  int snapshot_steps = 2, top = 10;
-  bool table = true, snapshot = true, plot = true;
-};
-
-StepSetup make_setup(const MemoryArgs& a, int64_t context, const std::string& precision, c10::Device dev) {
-  StepSetup s;
-  s.model = model_config(a.size);
-  s.model.attention = parse_attention_backend(a.attention);
-  s.model.context_length = std::max(s.model.context_length, context);
-  s.context = context;
-  s.batch = a.batch;
-  s.precision = parse_dtype(precision);
-  s.device = dev;
-  return s;
-}
-
-Json config_record(const MemoryArgs& a, int64_t context, const std::string& precision, const std::string& mode) {
-  Json j = make_record("memory", "lmscale-" + a.attention);
-  j.update({{"size", a.size}, {"context", context}, {"batch", a.batch}, {"dtype", precision}, {"mode", mode},
-            {"attention", a.attention}});
-  return j;
-}
-
-std::string peak_table(const MemoryArgs& a, c10::Device dev, std::vector<Json>* records) {
-  MarkdownTable t({"size", "context", "precision", "mode", "after init", "peak allocated", "fp32 residual (B·T·d·4)"});
-  const int64_t d = model_config(a.size).d_model;
-  const size_t total = a.contexts.size() * a.precisions.size() * a.modes.size();
-  size_t n = 0;
-  std::string notes;
-  for (const auto& mode : a.modes) {
-    for (const auto& prec : a.precisions) {
-      for (int64_t ctx : a.contexts) {
-        ++n;
-        std::cout << "[" << n << "/" << total << "] " << a.size << " context " << ctx << " " << prec << " " << mode
-                  << " ... " << std::flush;
-        const PeakCell c = measure_peak(make_setup(a, ctx, prec, dev), parse_mode(mode));
-        const int64_t resid = residual_activation_bytes(a.batch, ctx, d);
-        const bool ok = c.status == "ok";
-        std::cout << (ok ? fmt_bytes(c.peak) : c.status) << "\n";
-        t.add_row({a.size, std::to_string(ctx), prec, mode, ok ? fmt_bytes(c.after_init) : c.status,
-                   ok ? fmt_bytes(c.peak) : c.status, fmt_bytes(resid)});
-        if (!c.note.empty() && notes.find(c.note) == std::string::npos) notes += "- " + c.status + ": " + c.note + "\n";
-        Json j = config_record(a, ctx, prec, mode);
-        j.update({{"metric", "peak_allocated_bytes"}, {"unit", "bytes"}, {"status", c.status},
-                  {"residual_activation_bytes", resid}});
-        j["value"] = ok ? Json(c.peak) : Json(nullptr);
-        if (ok) j["after_init_bytes"] = c.after_init;
-        if (!c.note.empty()) j["note"] = c.note;
-        records->push_back(j);
-      }
-    }
-  }
-  return "## Peak memory, batch " + std::to_string(a.batch) + " (one steady-state step after a warm-up step)\n\n" +
-         t.render() + (notes.empty() ? "" : "\n" + notes) +
-         "\nForward = inference (no autograd, no activations kept); train-step = forward + backward + AdamW, "
-         "fp32 weights, gradients and optimizer state (bf16 = autocast).\n\n";
-}
-
-std::string snapshot_section(const MemoryArgs& a, c10::Device dev, const std::string& mode, std::vector<Json>* records) {
-  const int64_t ctx = a.snapshot_context ? a.snapshot_context : a.contexts.front();
-  const std::string prec = a.snapshot_precision.empty() ? a.precisions.front() : a.snapshot_precision;
-  const std::string stem = a.out + "/memory_" + a.size + "_ctx" + std::to_string(ctx) + "_" + prec + "_" + mode;
-  std::cout << "recording memory history: " << a.size << " context " << ctx << " " << prec << " " << mode << ", "
-            << a.snapshot_steps << " step(s) ... " << std::flush;
-  MemoryRecording rec;
-  try {
-    rec = record_memory(make_setup(a, ctx, prec, dev), parse_mode(mode), a.snapshot_steps, stem + ".pickle", a.stacks);
-  } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
-    release_cached_memory(dev);
-    std::cout << "OOM\n";
-    return "## Snapshot " + mode + ": OOM at context " + std::to_string(ctx) + " " + prec +
-           " (pick a smaller --snapshot-context)\n\n";
-  }
-  const auto& tl = rec.timeline;
-  std::cout << rec.events.size() << " events, peak " << fmt_bytes(tl.peak_bytes) << "\n";
-  Json tj = timeline_json(tl, rec.events, a.top);
-  tj["config"] = {{"size", a.size}, {"context", ctx}, {"batch", a.batch}, {"dtype", prec}, {"mode", mode},
-                  {"steps", a.snapshot_steps}, {"gpu", run_info().gpu}, {"commit", run_info().commit},
-                  {"command", run_info().command}};
-  const std::string timeline_path = write_text(stem + "_timeline.json", tj.dump(1));
-  std::string png = stem + "_timeline.png";
-  std::string plot_note;
-  if (a.plot) {
-    const char* py = std::getenv("LMSCALE_PYTHON");
-    const std::string cmd = std::string(py && *py ? py : "python3") + " '" + LMSCALE_SOURCE_DIR +
-                            "/scripts/plot_memory.py' '" + timeline_path + "' '" + png + "'";
-    if (std::system(cmd.c_str()) != 0) {
-      plot_note = "(plot failed; run: `" + cmd + "`)\n\n";
-      png.clear();
-    }
-  }
-  Json j = config_record(a, ctx, prec, mode);
-  j.update({{"metric", "snapshot_peak_bytes"}, {"value", tl.peak_bytes}, {"unit", "bytes"},
-            {"events", rec.events.size()}, {"pickle", rec.pickle_path}, {"timeline", timeline_path},
-            {"largest_live_at_peak", tj["largest_live_at_peak"]}, {"origins_at_peak", tj["origins_at_peak"]}});
-  records->push_back(j);
-
-  MarkdownTable blocks({"#", "size", "phase", "allocated by"});
-  for (size_t i = 0; i < tl.live_at_peak.size() && i < static_cast<size_t>(a.top); ++i) {
-    const auto& b = tl.live_at_peak[i];
-    blocks.add_row({std::to_string(i + 1), fmt_bytes(b.size), b.phase, "`" + b.where + "`"});
-  }
-  MarkdownTable origins({"#", "bytes live at peak", "blocks", "phase", "allocated by"});
-  for (size_t i = 0; i < tl.origins_at_peak.size() && i < static_cast<size_t>(a.top); ++i) {
-    const auto& o = tl.origins_at_peak[i];
-    origins.add_row({std::to_string(i + 1), fmt_bytes(o.bytes), std::to_string(o.blocks), o.phase,
-                     "`" + o.where + "`"});
-  }
-  return "## Snapshot " + mode + ": " + a.size + ", context " + std::to_string(ctx) + ", " + prec + ", " +
-         std::to_string(a.snapshot_steps) + " step(s)\n\n" + "Peak " + fmt_bytes(tl.peak_bytes) + " at event " +
-         std::to_string(tl.peak_event) + " of " + std::to_string(rec.events.size()) + " (" +
-         fmt_bytes(tl.baseline) + " live before recording). Memory viewer: drag `" + rec.pickle_path +
-         "` onto https://pytorch.org/memory_viz. Timeline: `" + timeline_path + "`" +
-         (png.empty() ? "" : ", plot `" + png + "`") + ".\n\n" + plot_note +
-         "Largest blocks live at the peak:\n\n" + blocks.render() + "\nLive bytes at the peak by origin:\n\n" +
-         origins.render() + "\n";
-}
-
-void run(const MemoryArgs& a) {
-  const c10::Device dev = resolve_device(a.device);
-  set_run_gpu(device_name(dev));
-  std::vector<Json> records;
-  const int64_t d = model_config(a.size).d_model;
-  std::string md = "# Memory: " + a.size + " (d_model " + std::to_string(d) + "), batch " + std::to_string(a.batch) +
-                   ", attention " + a.attention + ", " + run_info().gpu + "\n\n";
-  md += "One fp32 residual-stream activation is B·T·d·4 bytes:";
-  for (int64_t ctx : a.contexts) {
-    const int64_t r = residual_activation_bytes(a.batch, ctx, d);
-    md += " T=" + std::to_string(ctx) + ": " + fmt_bytes(r) + ";";
-    Json j = config_record(a, ctx, "fp32", "residual");
-    j.update({{"metric", "residual_activation_bytes"}, {"value", r}, {"unit", "bytes"}});
-    records.push_back(j);
-  }
-  md += "\n\n";
-  const std::string why = memory_unsupported_reason(dev);
-  if (!why.empty()) std::cout << "note: " << why << "; peak cells are n/a and snapshots are skipped\n";
-  if (a.table) md += peak_table(a, dev, &records);
-  if (a.snapshot) {
-    if (why.empty()) {
-      for (const auto& mode : a.modes) md += snapshot_section(a, dev, mode, &records);
-    } else {
-      md += "Snapshots skipped: " + why + ".\n\n";
-    }
-  }
-  md += "_command: `" + run_info().command + "`, commit " + run_info().commit + ", " + run_info().date + "_\n";
-  std::cout << md;
-  append_jsonl(a.out + "/memory.jsonl", records);
-  std::cout << "wrote " << write_text(a.out + "/memory.md", md) << " and " << a.out << "/memory.jsonl\n";
-}
-
-}  // namespace
+#include "cli/step_args.h"
+#include "profile/memory_report.h"
 
 LMSCALE_SUBCOMMAND("", "memory", "peak-memory table, memory-viewer snapshots, largest allocations, timeline plot",
                    [](CLI::App& app) {
-                     auto a = std::make_shared<MemoryArgs>();
-                     app.add_option("--size", a->size, "model size")->capture_default_str();
-                     app.add_option("--contexts", a->contexts, "context lengths T")->capture_default_str();
-                     app.add_option("--precisions", a->precisions, "fp32 and/or bf16 (autocast)")
-                         ->capture_default_str();
-                     app.add_option("--modes", a->modes, "forward and/or train-step")->capture_default_str();
-                     app.add_option("--batch", a->batch, "batch size B")->capture_default_str();
-                     app.add_option("--attention", a->attention, "naive, sdpa or flash")->capture_default_str();
-                     app.add_option("--device", a->device, "auto, cuda, cuda:N (cpu gives n/a)")
-                         ->capture_default_str();
-                     app.add_option("--snapshot-context", a->snapshot_context, "context of the snapshots (default: "
-                                                                               "first of --contexts)");
-                     app.add_option("--snapshot-precision", a->snapshot_precision,
-                                    "precision of the snapshots (default: first of --precisions)");
-                     app.add_option("--snapshot-steps", a->snapshot_steps, "steps recorded per snapshot")
-                         ->capture_default_str();
-                     app.add_option("--stacks", a->stacks, "python (no C++ frames, fast) or all (C++ frames, slow)")
-                         ->capture_default_str();
-                     app.add_option("--top", a->top, "rows of largest blocks / origins")->capture_default_str();
-                     app.add_flag("!--no-table", a->table, "skip the peak-memory sweep");
-                     app.add_flag("!--no-snapshot", a->snapshot, "skip the memory-history snapshots");
-                     app.add_flag("!--no-plot", a->plot, "do not run scripts/plot_memory.py");
-                     app.add_option("--out", a->out, "results folder")->capture_default_str();
-                     app.callback([a] { run(*a); });
-                   });
+  using namespace lmscale::cli;
+  struct Args {
+    StepArgs step;
+    lmscale::MemoryReportOptions report;
+    bool no_table = false, no_snapshot = false, no_plot = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->step.size = {"2.7B"};
+  a->step.context = {128, 256, 512};
+  a->step.precision = {"fp32", "bf16"};
+  a->step.mode = {"forward", "train-step"};
+  add_step_options(app, a->step, {kSize | kContext | kPrecision | kMode | kAttention | kBatch | kDevice | kFastPath,
+                                  kContext | kPrecision | kMode});
+  auto& r = a->report;
+  app.add_option("--snapshot-context", r.snapshot_context, "context of the snapshots (default: the first --context)")
+      ->check(at_least(0));
+  app.add_option("--snapshot-precision", r.snapshot_precision,
+                 "precision of the snapshots (default: the first --precision)")
+      ->check(one_of("precision", {"fp32", "bf16", "fp16"}));
+  app.add_option("--snapshot-steps", r.snapshot_steps, "steps recorded per snapshot")
+      ->check(at_least(1))->capture_default_str();
+  app.add_option("--stacks", r.stacks, "python (no C++ frames, fast) or all (C++ frames, slow)")
+      ->check(one_of("stack mode", {"python", "all"}))->capture_default_str();
+  app.add_option("--top", r.top, "rows of largest blocks / origins")->check(at_least(1))->capture_default_str();
+  app.add_flag("--no-table", a->no_table, "skip the peak-memory sweep");
+  app.add_flag("--no-snapshot", a->no_snapshot, "skip the memory-history snapshots");
+  app.add_flag("--no-plot", a->no_plot, "do not plot the timeline");
+  app.add_option("--out", r.out, "results folder (memory.jsonl, memory.md, snapshots)")->capture_default_str();
+  app.footer("Example:\n  lmscale memory --size 2.7B --context 128,256,512 --precision fp32,bf16 --mode forward,train-step");
+  app.callback([a] {
+    const auto& s = a->step;
+    auto r = a->report;
+    r.base = to_setup(s, first_point(s), c10::Device("cpu"));  // model, attention, fast path; device set per run
+    r.size = s.size.front();
+    r.attention = s.attention.front();
+    r.device = s.device;
+    r.contexts = s.context;
+    r.precisions = s.precision;
+    r.modes = s.mode;
+    r.batch = s.batch;
+    r.table = !a->no_table;
+    r.snapshot = !a->no_snapshot;
+    r.plot = !a->no_plot;
+    lmscale::run_memory_report(r);
+  });
+});

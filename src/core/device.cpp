@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -76,6 +78,77 @@ double dense_bf16_peak_flops(const std::string& gpu) {
 
 void synchronize(const c10::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+#ifndef LMSCALE_CUDA_ARCHS
+#define LMSCALE_CUDA_ARCHS ""  // set by CMake on this file: the kernel architectures, comma list
+#endif
+
+std::vector<int> built_cuda_archs() {
+  std::vector<int> archs;
+  const std::string csv = LMSCALE_CUDA_ARCHS;
+  size_t start = 0;
+  while (start < csv.size()) {
+    size_t end = csv.find(',', start);
+    if (end == std::string::npos) end = csv.size();
+    if (end > start) archs.push_back(std::stoi(csv.substr(start, end - start)));
+    start = end + 1;
+  }
+  return archs;
+}
+
+KernelSupport kernel_support(const std::string& gpu_name, int major, int minor, const std::vector<int>& built) {
+  KernelSupport k;
+  const int cc = major * 10 + minor;
+  std::string list;
+  int newest = 0;
+  int best = 0;  // the driver loads the newest machine code the GPU can run
+  for (int a : built) {
+    list += (list.empty() ? "sm_" : ", sm_") + std::to_string(a);
+    newest = std::max(newest, a);
+    if (a / 10 == major && a % 10 <= minor) best = std::max(best, a);
+  }
+  if (best) k.how = "sm_" + std::to_string(best) + " machine code";
+  if (k.how.empty() && newest && cc > newest)
+    k.how = "PTX of sm_" + std::to_string(newest) + ", compiled by the driver at first use";
+  k.runs = !k.how.empty();
+  if (k.runs) return k;
+  const std::string gpu = "GPU '" + gpu_name + "' (compute capability " + std::to_string(major) + "." +
+                          std::to_string(minor) + ")";
+  if (built.empty()) {
+    k.message = gpu + ": this lmscale build has no CUDA kernels (built without nvcc). Fix: install the CUDA "
+                      "toolkit and rebuild (./lmscale build), or use --attention sdpa or naive.";
+  } else if (cc < 80) {
+    k.message = gpu + " is older than lmscale's kernels support (sm_80 or later: A100, RTX 30xx/40xx, L4, "
+                      "H100; this build has " + list + "). Use --attention sdpa or naive on this GPU.";
+  } else {
+    k.message = gpu + " has no code in this build's kernels (built for " + list + "). Fix: rebuild for it, "
+                      "e.g. cmake -S . -B build -DLMSCALE_CUDA_ARCHS=\"" + std::to_string(cc) +
+                "\" && ./lmscale build (the default list 80;86;89;90 covers A100, RTX 30xx/A10, L4/RTX 40xx, "
+                "H100), or use --attention sdpa or naive.";
+  }
+  return k;
+}
+
+std::pair<int, int> cuda_capability(int device_index) {
+#ifdef LMSCALE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device_index) == cudaSuccess) return {p.major, p.minor};
+#endif
+  return {0, 0};
+}
+
+void check_kernels_run_on(const c10::Device& d) {
+  if (!d.is_cuda()) return;
+  static std::mutex mu;
+  static std::map<int, std::string> checked;  // device index → "" (runs) or the error message
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = checked.find(d.index());
+  if (it == checked.end()) {
+    const auto [major, minor] = cuda_capability(d.index());
+    it = checked.emplace(d.index(), kernel_support(device_name(d), major, minor, built_cuda_archs()).message).first;
+  }
+  TORCH_CHECK(it->second.empty(), it->second);
 }
 
 MemoryStats memory_stats(const c10::Device& d) {

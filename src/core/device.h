@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lmscale {
 
@@ -25,6 +27,24 @@ std::string device_name(const c10::Device& d);
 double dense_bf16_peak_flops(const std::string& gpu_name);
 
 void synchronize(const c10::Device& d);
+
+// ---- Can this build's CUDA kernels run on a GPU? (checked before the first kernel launch)
+// Machine code for sm_XY runs on compute capability X.Z with Z >= Y (same major); the PTX of the
+// newest built architecture is compiled by the driver for any newer GPU.
+struct KernelSupport {
+  bool runs = false;
+  std::string how;      // "sm_86 machine code" | "PTX of sm_90, compiled by the driver at first use"
+  std::string message;  // when !runs: the GPU, its capability, what was built, and the fix
+};
+// Architectures the kernels were built for (LMSCALE_CUDA_ARCHS as numbers, e.g. {80, 86, 89, 90});
+// empty in a build without kernels.
+std::vector<int> built_cuda_archs();
+KernelSupport kernel_support(const std::string& gpu_name, int major, int minor, const std::vector<int>& built);
+// Compute capability of a visible GPU as {major, minor}; {0, 0} without CUDA.
+std::pair<int, int> cuda_capability(int device_index);
+// Throws KernelSupport::message when this build's kernels cannot run on the device's GPU. Cheap
+// after the first call per device (the answer is cached).
+void check_kernels_run_on(const c10::Device& d);
 
 struct MemoryStats {
   int64_t allocated = 0;       // bytes held by live tensors now

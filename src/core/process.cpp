@@ -50,6 +50,7 @@ namespace {
   c_args.push_back(nullptr);
   execvp(c_args[0], c_args.data());
   fail("could not start '" + argv[0] + "'");
+  _exit(127);  // not reached (fail exits); a lambda cannot be [[noreturn]], so say it here
 }
 
 }  // namespace

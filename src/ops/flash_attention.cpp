@@ -9,6 +9,7 @@
 
 #include <sstream>
 
+#include "core/device.h"
 #include "ops/flash_reference.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -123,6 +124,7 @@ kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, con
 // Kernel forward on bf16/fp16 CUDA tensors of any leading dims.
 std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   bool is_causal) {
+  check_kernels_run_on(q.device());  // names the GPU and the fix instead of "no kernel image"
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v);
   auto o4 = at::empty(q4.sizes(), q4.options());
@@ -141,6 +143,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
                                                                const at::Tensor& v, const at::Tensor& o,
                                                                const at::Tensor& L, const at::Tensor& dout,
                                                                bool is_causal) {
+  check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v), o4 = as_bhnd(o), do4 = as_bhnd(dout);
   auto L3 = L.reshape({q4.size(0), q4.size(1), q4.size(2)}).contiguous();

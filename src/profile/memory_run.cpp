@@ -98,17 +98,34 @@ int phase_index(const char* name) {
   return 0;
 }
 
+std::string where_now();
+
+// Note [Labels inside the pickle]
+// The same label also goes into the snapshot itself: the allocator attaches its "user metadata"
+// string to every allocation made after it is set (the `user_metadata` of each trace entry in the
+// pickle), so PyTorch's memory viewer shows "phase=backward where=attention/softmax: aten::..."
+// on a block. The string is process-wide, so it is set on entering and leaving every op, on the
+// thread that is about to allocate (the main thread for forward, autograd's for backward).
+void label_allocations() {
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  const char* phase = kPhases[g_phase.load()];
+  c10::cuda::CUDACachingAllocator::setUserMetadata(std::string("phase=") + (*phase ? phase : "none") +
+                                                   " where=" + where_now());
+}
+
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   const bool user = fn.scope() == at::RecordScope::USER_SCOPE;
   t_ops.push_back({fn.name(), user});
   if (user)
     if (int p = phase_index(fn.name())) g_phase = p;
+  label_allocations();
   return nullptr;
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
   if (fn.scope() == at::RecordScope::USER_SCOPE && phase_index(fn.name())) g_phase = 0;
   if (!t_ops.empty()) t_ops.pop_back();
+  label_allocations();
 }
 
 // "attention/softmax: aten::softmax > aten::_softmax": the innermost user range, then the outermost
@@ -163,10 +180,12 @@ class Recording {
                                                    at::RecordScope::USER_SCOPE}));
     g_phase = 1;  // init
     g_recording = true;
+    label_allocations();
   }
   ~Recording() {
     g_recording = false;
     g_phase = 0;
+    c10::cuda::CUDACachingAllocator::setUserMetadata("");
     at::removeCallback(callback_);
     torch::cuda::_record_memory_history(std::optional<std::string>(), std::optional<std::string>(), "python", 0);
     std::lock_guard<std::mutex> lock(g_events_mutex);

@@ -18,7 +18,7 @@ BenchMode parse_mode(const std::string& n) {
   if (n == "forward" || n == "fwd") return BenchMode::Forward;
   if (n == "forward-backward" || n == "fwd-bwd" || n == "forward_backward") return BenchMode::ForwardBackward;
   if (n == "train-step" || n == "train" || n == "step" || n == "train_step") return BenchMode::TrainStep;
-  TORCH_CHECK(false, "--mode '", n, "' is not a mode: use forward, forward-backward or train-step");
+  TORCH_CHECK(false, "mode '", n, "' is not a mode: use forward, forward-backward or train-step");
 }
 
 std::string mode_name(BenchMode m) {
@@ -32,18 +32,18 @@ std::string mode_name(BenchMode m) {
 
 void validate(const StepSetup& s) {
   s.model.validate();
-  TORCH_CHECK(s.batch > 0, "--batch must be positive, got ", s.batch);
-  TORCH_CHECK(s.context > 0, "--context must be positive, got ", s.context);
-  TORCH_CHECK(s.context <= s.model.context_length, "--context ", s.context, " is longer than the model's context length ",
-              s.model.context_length, ": raise --model-context (or omit it: it defaults to the longest --context)");
+  TORCH_CHECK(s.batch > 0, "batch must be positive, got ", s.batch);
+  TORCH_CHECK(s.context > 0, "context must be positive, got ", s.context);
+  TORCH_CHECK(s.context <= s.model.context_length, "context ", s.context, " is longer than the model's context_length ",
+              s.model.context_length, ": raise model.context_length (lmscale bench: --model-context)");
   TORCH_CHECK(s.precision == c10::kFloat || s.precision == c10::kBFloat16 || s.precision == c10::kHalf,
-              "--precision ", c10::toString(s.precision), " is not supported: use fp32, bf16 or fp16");
+              "precision ", c10::toString(s.precision), " is not supported: use fp32, bf16 or fp16");
   if (s.device.is_cpu())
-    TORCH_CHECK(s.precision != c10::kHalf, "--precision fp16 autocast is not supported on CPU: use fp32 or bf16, "
-                "or run on a GPU (--device cuda)");
+    TORCH_CHECK(s.precision != c10::kHalf, "precision fp16 autocast is not supported on CPU: use fp32 or bf16, "
+                "or run on a GPU");
   if (s.model.attention == AttentionBackend::Flash) {
 #ifndef LMSCALE_HAS_KERNELS
-    TORCH_CHECK(s.device.is_cpu(), "--attention flash on CUDA needs the lmscale kernels, which this build lacks: "
+    TORCH_CHECK(s.device.is_cpu(), "attention flash on CUDA needs the lmscale kernels, which this build lacks: "
                 "rebuild on a machine with nvcc (LMSCALE_CUDA=ON)");
 #endif
   }

@@ -43,7 +43,7 @@ struct StepSetup {
   } parts;
 };
 
-// Checks a setup before anything is allocated; each failure names the flag and the fix.
+// Checks a setup before anything is allocated; each failure names the field and the fix.
 void validate(const StepSetup& s);
 
 class TrainingStep {

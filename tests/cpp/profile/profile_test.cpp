@@ -51,8 +51,11 @@ TEST(ProfileSummary, CpuSelfTimeDoesNotDoubleCount) {
   EXPECT_NEAR(sum_share, 1.0, 1e-12);
   EXPECT_NEAR(p.total_ms_per_step, (3800.0 + 1000.0) / 1e6, 1e-12);  // matmul 3800 total = self + mm
   EXPECT_NEAR(sum_ms, p.total_ms_per_step, 1e-12);
-  for (const auto& s : p.ops)
-    if (s.name == "aten::matmul") EXPECT_NEAR(s.ms_per_step, (3800.0 - mm) / 1e6, 1e-12);
+  for (const auto& s : p.ops) {
+    if (s.name == "aten::matmul") {
+      EXPECT_NEAR(s.ms_per_step, (3800.0 - mm) / 1e6, 1e-12);  // braces: EXPECT_* expands to an if/else
+    }
+  }
   ASSERT_EQ(p.attention.size(), 1u);
   EXPECT_EQ(p.attention[0].name, "scores");
   EXPECT_NEAR(p.attention[0].ms_per_step, 3800.0 / 1e6, 1e-12);

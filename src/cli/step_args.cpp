@@ -1,0 +1,242 @@
+// The step vocabulary (see step_args.h): one spelling, one validator and one conversion per flag.
+#include "cli/step_args.h"
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "core/device.h"
+
+namespace lmscale::cli {
+
+// Optimal string alignment: insertions, deletions, substitutions and swaps of two neighbours
+// ("benhc" is one swap from "bench") each cost 1.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::vector<std::string> known_sizes() {
+  std::vector<std::string> s{"tiny"};
+  for (const auto& n : size_names()) s.push_back(n);
+  s.push_back("custom");
+  return s;
+}
+
+// Lists take "a,b,c"; single values reject a comma with a hint rather than "not a size".
+template <typename T>
+CLI::Option* add_value(CLI::App& app, const std::string& name, T& target, const std::string& help, bool list) {
+  CLI::Option* o = app.add_option(name, target, help + (list ? " (comma list)" : ""));
+  if (list) {
+    o->delimiter(',');
+  } else {
+    o->expected(1);
+    o->check(CLI::Validator(
+        [](const std::string& v) -> std::string {
+          return v.find(',') == std::string::npos ? "" : "takes one value here, not a list ('" + v + "')";
+        },
+        "", "single"));
+  }
+  return o;
+}
+
+void set_default(CLI::Option* o, const std::string& value) {
+  if (!value.empty()) o->default_str(value);
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& v) {
+  std::ostringstream s;
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  return s.str();
+}
+
+}  // namespace
+
+CLI::Validator one_of(const std::string& what, std::vector<std::string> choices) {
+  return CLI::Validator(
+      [what, choices](const std::string& v) -> std::string {
+        if (std::find(choices.begin(), choices.end(), v) != choices.end()) return "";
+        const std::string near = nearest(v, choices);
+        return "'" + v + "' is not a " + what + (near.empty() ? "" : ": did you mean '" + near + "'?") +
+               " (one of " + join(choices) + ")";
+      },
+      "{" + join(choices, ",") + "}", what);
+}
+
+CLI::Validator at_least(double min) {
+  return CLI::Validator(
+      [min](const std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          if (used == v.size() && x < min) {
+            std::ostringstream s;
+            s << "must be at least " << min << ", got " << v;
+            return s.str();
+          }
+        } catch (const std::exception&) {
+        }
+        return "";  // not a number: the conversion reports it
+      },
+      "", "at_least");
+}
+
+void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
+  const auto has = [&](StepFlag f) { return (w.flags & f) != 0; };
+  const auto list = [&](StepFlag f) { return (w.lists & f) != 0; };
+  // Type names say what a value is; bare INT for counts.
+  if (has(kSize)) {
+    auto* o = add_value(app, "--size", a.size, "model size; custom takes --d-model --d-ff --layers --heads", list(kSize));
+    o->check(one_of("size", known_sizes()))->type_name("SIZE");
+    set_default(o, joined(a.size));
+    auto custom = [&](const char* flag, int64_t& v, const char* help) {
+      app.add_option(flag, v, std::string("--size custom: ") + help)->check(at_least(1))->group("Custom size");
+    };
+    custom("--d-model", a.d_model, "model width");
+    custom("--d-ff", a.d_ff, "feed-forward width");
+    custom("--layers", a.layers, "number of blocks");
+    custom("--heads", a.heads, "attention heads (must divide --d-model)");
+    custom("--vocab", a.vocab, "vocabulary (default 10000)");
+  }
+  if (has(kContext)) {
+    auto* o = add_value(app, "--context", a.context, "sequence length T", list(kContext));
+    o->check(at_least(1))->type_name("INT");
+    set_default(o, joined(a.context));
+  }
+  if (has(kPrecision)) {
+    auto* o = add_value(app, "--precision", a.precision, "fp32, or bf16/fp16 autocast with fp32 weights",
+                        list(kPrecision));
+    o->check(one_of("precision", {"fp32", "bf16", "fp16"}))->type_name("PRECISION");
+    set_default(o, joined(a.precision));
+  }
+  if (has(kMode)) {
+    auto* o = add_value(app, "--mode", a.mode, "what one step runs", list(kMode));
+    o->check(one_of("mode", {"forward", "forward-backward", "train-step"}))->type_name("MODE");
+    set_default(o, joined(a.mode));
+  }
+  if (has(kAttention)) {
+    auto* o = add_value(app, "--attention", a.attention, "attention backend", list(kAttention));
+    o->check(one_of("attention backend", {"naive", "sdpa", "flash"}))->type_name("ATTENTION");
+    set_default(o, joined(a.attention));
+  }
+  if (has(kImpl)) {
+    auto* o = add_value(app, "--impl", a.impl, w.impl_help.empty() ? "implementations" : w.impl_help, list(kImpl));
+    o->check(one_of("implementation", w.impls))->type_name("IMPL");
+    set_default(o, joined(a.impl));
+  }
+  if (has(kBatch))
+    app.add_option("--batch", a.batch, "batch size B (per rank in distributed runs)")
+        ->check(at_least(1))->capture_default_str();
+  if (has(kDevice))
+    app.add_option("--device", a.device, "auto (the GPU when there is one), cpu, cuda or cuda:N")
+        ->capture_default_str();
+  if (has(kWarmup))
+    app.add_option("--warmup", a.warmup, "untimed steps first")->check(at_least(0))->capture_default_str();
+  if (has(kSteps))
+    app.add_option("--steps", a.steps, "measured steps")->check(at_least(1))->capture_default_str();
+  if (has(kFastPath)) {
+    app.add_flag_callback("--no-fused", [&a] { a.fused = false; },
+                          "unfused reference path (ablation): no fused CUDA kernels");
+    app.add_flag("--optimizer-in-backward", a.optimizer_in_backward,
+                 "run AdamW per parameter as soon as its gradient is final");
+  }
+  if (has(kCudaGraph)) {
+    app.add_flag_callback("--cuda-graph", [&a] { a.cuda_graph = true; },
+                          "capture the whole step as one CUDA graph and replay it (default on CUDA)");
+    app.add_flag_callback("--no-cuda-graph", [&a] { a.cuda_graph = false; }, "run the step eagerly");
+  }
+}
+
+ModelConfig model_for(const StepArgs& a, const std::string& size) {
+  if (size != "custom") {
+    if (a.d_model || a.d_ff || a.layers || a.heads)
+      std::cerr << "lmscale: note: --d-model/--d-ff/--layers/--heads apply to --size custom only; using " << size
+                << "\n";
+    return model_config(size);
+  }
+  std::vector<std::string> missing;
+  if (!a.d_model) missing.push_back("--d-model");
+  if (!a.d_ff) missing.push_back("--d-ff");
+  if (!a.layers) missing.push_back("--layers");
+  if (!a.heads) missing.push_back("--heads");
+  if (!missing.empty())
+    throw CLI::ValidationError("--size custom", "needs " + join(missing) +
+                                                    " (e.g. --size custom --d-model 512 --d-ff 2048 --layers 8 --heads 8)");
+  if (a.d_model % a.heads != 0)
+    throw CLI::ValidationError("--heads", std::to_string(a.heads) + " does not divide --d-model " +
+                                              std::to_string(a.d_model));
+  ModelConfig c;
+  c.name = "custom";
+  c.vocab_size = a.vocab;
+  c.d_model = a.d_model;
+  c.d_ff = a.d_ff;
+  c.num_layers = a.layers;
+  c.num_heads = a.heads;
+  return c;
+}
+
+std::vector<ModelConfig> models(const StepArgs& a) {
+  std::vector<ModelConfig> m;
+  for (const auto& s : a.size) m.push_back(model_for(a, s));
+  return m;
+}
+
+std::optional<ModelConfig> model_override(const StepArgs& a) {
+  const StepPoint p = first_point(a);
+  if (p.size != "custom" && p.attention == "naive") return std::nullopt;
+  ModelConfig m = model_for(a, p.size);
+  m.attention = parse_attention_backend(p.attention);
+  return m;
+}
+
+StepPoint first_point(const StepArgs& a) {
+  StepPoint p;
+  p.size = a.size.empty() ? "small" : a.size.front();
+  p.context = a.context.empty() ? 512 : a.context.front();
+  p.precision = a.precision.empty() ? "fp32" : a.precision.front();
+  p.attention = a.attention.empty() ? "naive" : a.attention.front();
+  return p;
+}
+
+StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device) {
+  StepSetup s;
+  s.model = model_for(a, p.size);
+  s.model.attention = parse_attention_backend(p.attention);
+  s.model.context_length = std::max(s.model.context_length, p.context);
+  s.context = p.context;
+  s.batch = a.batch;
+  s.precision = parse_dtype(p.precision);
+  s.device = device;
+  s.fused = a.fused;
+  s.optimizer_in_backward = a.optimizer_in_backward;
+  return s;
+}
+
+}  // namespace lmscale::cli

@@ -1,0 +1,98 @@
+// The one step vocabulary of the CLI: every subcommand that runs the model (bench, profile, memory,
+// bench ddp, bench zero) takes the same flags with the same spelling, the same comma-list syntax,
+// the same validators and the same custom sizes, and turns them into a StepSetup in one place.
+//
+//   auto a = std::make_shared<StepArgs>();            // defaults of this subcommand go here
+//   add_step_options(app, *a, {kSize | kContext | kPrecision, /*lists=*/kContext});
+//   ... StepSetup s = to_setup(*a, first_point(*a), resolve_device(a->device));
+//
+// Values are checked once, by CLI11 validators at parse time (a bad value is a usage error, exit 2);
+// the library's own checks (validate(StepSetup)) guard library callers and name fields, not flags.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "train/training_step.h"
+
+namespace lmscale::cli {
+
+// Which step flags a subcommand takes.
+enum StepFlag : unsigned {
+  kSize = 1u << 0,       // --size (+ --d-model --d-ff --layers --heads --vocab for --size custom)
+  kContext = 1u << 1,    // --context
+  kPrecision = 1u << 2,  // --precision
+  kMode = 1u << 3,       // --mode
+  kAttention = 1u << 4,  // --attention
+  kBatch = 1u << 5,      // --batch
+  kDevice = 1u << 6,     // --device
+  kWarmup = 1u << 7,     // --warmup
+  kSteps = 1u << 8,      // --steps
+  kImpl = 1u << 9,       // --impl (choices given per subcommand)
+  kFastPath = 1u << 10,  // --no-fused, --optimizer-in-backward
+  kCudaGraph = 1u << 11, // --cuda-graph / --no-cuda-graph
+};
+
+struct StepOptions {
+  unsigned flags = 0;
+  unsigned lists = 0;               // flags that take a comma list (the others take one value)
+  std::vector<std::string> impls;   // accepted --impl values
+  std::string impl_help;            // what --impl selects in this subcommand
+};
+
+// Defaults are the caller's: set them before add_step_options (help prints them). An empty list
+// means "chosen at run time" (bench picks GPU or CPU defaults).
+struct StepArgs {
+  std::vector<std::string> size{"small"};
+  int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000;  // --size custom
+  std::vector<int64_t> context{512};
+  std::vector<std::string> precision{"fp32"};
+  std::vector<std::string> mode{"train-step"};
+  std::vector<std::string> attention{"naive"};
+  std::vector<std::string> impl;
+  int64_t batch = 4;
+  std::string device = "auto";
+  int64_t warmup = 5, steps = 10;
+  bool fused = true;                 // StepSetup::fused
+  bool optimizer_in_backward = false;  // StepSetup::optimizer_in_backward
+  std::optional<bool> cuda_graph;    // unset: the library's default (E2EConfig::cuda_graph)
+};
+
+void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& which);
+
+// The model of one --size value: a named size, or "custom" built from --d-model/--d-ff/--layers/
+// --heads/--vocab (a usage error naming the missing flags when they are absent).
+ModelConfig model_for(const StepArgs& a, const std::string& size);
+std::vector<ModelConfig> models(const StepArgs& a);
+// For harnesses that take a size name and an optional model (bench ddp/zero): the model of the
+// first --size when it is custom or its attention is not the default naive, else nothing.
+std::optional<ModelConfig> model_override(const StepArgs& a);
+
+// One point of the grid the lists span.
+struct StepPoint {
+  std::string size;
+  int64_t context = 0;
+  std::string precision;
+  std::string attention;
+};
+StepPoint first_point(const StepArgs& a);
+
+// The StepSetup of one point: model (with attention and a context length that covers `context`),
+// batch, precision, device, seed and the fast-path switches. The one place flags become a setup.
+StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device);
+
+// Edit distance (a swap of neighbours costs 1), and the nearest of `candidates` to `word` (empty when none is close:
+// at most a third of the word's length, at least 1, may differ). Shared by the usage errors.
+size_t edit_distance(const std::string& a, const std::string& b);
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+// A CLI11 validator accepting one of `choices` (what = "size", "precision", ...), suggesting the
+// nearest on a typo.
+CLI::Validator one_of(const std::string& what, std::vector<std::string> choices);
+// A number >= min ("must be at least 1, got 0"); CLI11's Range prints the limits of a double.
+CLI::Validator at_least(double min);
+
+}  // namespace lmscale::cli

@@ -1,0 +1,23 @@
+// Usage errors and old spellings, in one place for every subcommand:
+//  - deprecated flag names (--contexts, --precisions, --dtype, --modes, --impls, --seq, --compare)
+//    and space-separated lists are rewritten to today's spelling with a one-line note each;
+//  - a parse error becomes "lmscale: error: <what>", a "did you mean" for the nearest flag or
+//    subcommand, the help command to run, and exit code 2.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace lmscale::cli {
+
+constexpr int kUsageExit = 2;
+
+// args excludes the program name. Stops at "--" (what follows belongs to another program).
+// Notes go to stderr, once per old spelling.
+std::vector<std::string> normalize_args(const std::vector<std::string>& args, const CLI::App& root);
+
+// Prints the error (with a suggestion when one is found) and returns the exit code.
+int report_parse_error(CLI::App& root, const std::vector<std::string>& args, const CLI::ParseError& e);
+
+}  // namespace lmscale::cli

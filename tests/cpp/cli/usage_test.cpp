@@ -1,0 +1,88 @@
+// Usage errors of the `lmscale` binary (issue 20's list): each starts "lmscale: error:", exits 2
+// and suggests the fix; old spellings still work with a note; help reads well.
+#include <gtest/gtest.h>
+
+#include "support/run_cli.h"
+
+namespace lmscale {
+namespace {
+
+using testing::run_cli;
+
+struct UsageCase {
+  std::string args, must_mention;
+};
+void PrintTo(const UsageCase& c, std::ostream* os) { *os << "'" << c.args << "'"; }
+
+class CliUsageError : public ::testing::TestWithParam<UsageCase> {};
+
+TEST_P(CliUsageError, SaysErrorExitsTwoAndSuggests) {
+  const auto r = run_cli(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("lmscale: error: ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find(GetParam().must_mention), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliUsageError,
+    ::testing::Values(UsageCase{"bench --contxt 128", "did you mean --context?"},
+                      UsageCase{"benhc", "did you mean `lmscale bench`?"},
+                      UsageCase{"bench atention", "did you mean `lmscale bench attention`?"},
+                      UsageCase{"", "needs a subcommand"},
+                      UsageCase{"memory --size smal", "did you mean 'small'?"},
+                      UsageCase{"bench --precision bf61", "did you mean 'bf16'?"},
+                      UsageCase{"profile --context 128,256", "takes one value"},
+                      UsageCase{"bench --steps 0", "must be at least 1"},
+                      UsageCase{"account --d-model 1.5", "--d-model"},
+                      UsageCase{"launch -n 2 bench comm --backend gloo",
+                                "put `--` before the program's arguments: lmscale launch -n 2 -- bench comm"},
+                      UsageCase{"bench --size custom --d-model 64 --device cpu", "needs --d-ff, --layers, --heads"}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(CliUsage, LaunchAcceptsTorchrunsNprocPerNode) {
+  const auto r = run_cli("launch --nproc-per-node 2 -- info");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("GPUs visible"), std::string::npos) << r.output;
+}
+
+TEST(CliUsage, OldSpellingsStillWorkWithOneNoteEach) {
+  const std::string dir = testing::temp_dir("old-spellings");
+  const auto r = run_cli("memory --device cpu --size tiny --contexts 8 16 --precisions fp32 --modes forward "
+                         "--no-snapshot --no-plot --out " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* note : {"--contexts is deprecated: write --context", "--precisions is deprecated",
+                           "--modes is deprecated", "space-separated lists are deprecated: write --context 8,16"})
+    EXPECT_NE(r.output.find(note), std::string::npos) << note << "\n" << r.output;
+  EXPECT_NE(r.output.find("[1/2] tiny context 8 fp32 forward"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[2/2] tiny context 16 fp32 forward"), std::string::npos) << r.output;
+}
+
+TEST(CliUsage, HelpShowsTheProgramNameIntegersAndAnExample) {
+  const auto account = run_cli("account --help");
+  EXPECT_EQ(account.exit_code, 0);
+  EXPECT_NE(account.output.find("Usage: lmscale account"), std::string::npos) << account.output;
+  EXPECT_NE(account.output.find("--d-model INT"), std::string::npos) << account.output;
+  EXPECT_EQ(account.output.find("--blocks FLOAT"), std::string::npos) << account.output;
+  const auto memory = run_cli("memory --help");
+  EXPECT_EQ(memory.output.find("{false}"), std::string::npos) << memory.output;
+  EXPECT_EQ(memory.output.find("{true}"), std::string::npos) << memory.output;
+  for (const char* sub : {"bench", "profile", "memory", "account", "info", "launch", "lab autocast", "bench ddp",
+                          "bench zero", "bench comm", "bench attention"}) {
+    const auto r = run_cli(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.output.find("Example"), std::string::npos) << sub << " has no example:\n" << r.output;
+    EXPECT_EQ(r.output.find("/lmscale "), std::string::npos) << "a path in the usage line:\n" << r.output;
+  }
+}
+
+TEST(CliUsage, InfoNamesWhatTheBuildHolds) {
+  const auto r = run_cli("info");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"lmscale 0.", "commit", "compiler:", "CUDA toolkit:", "kernels:", "GPUs visible:",
+                           "distributed backends: gloo", "Python extension lmscale._C:", "baseline interpreter:"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+}  // namespace
+}  // namespace lmscale
