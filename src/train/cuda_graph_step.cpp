@@ -3,6 +3,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
+#include <string>
+
 #ifdef LMSCALE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -29,6 +32,13 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& st
     c10::cuda::CUDACachingAllocator::releasePool(dev, graph.pool());
   }
   (void)cudaGetLastError();  // the capture error is not sticky: clear it so later checks see success
+}
+
+// LMSCALE_INJECT_CAPTURE_SYNC=<size>: a device-wide synchronize inside the capture of that size's
+// step, which CUDA forbids: a real capture failure, so the fallback and its clean-up run on a GPU.
+bool inject_sync_during_capture(const std::string& size) {
+  const char* v = std::getenv("LMSCALE_INJECT_CAPTURE_SYNC");
+  return v && size == v;
 }
 }  // namespace
 
@@ -61,6 +71,7 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
     c10::cuda::CUDACachingAllocator::emptyCache();
     try {
       impl_->graph.capture_begin();
+      if (inject_sync_during_capture(step.setup().model.name)) c10::cuda::device_synchronize();
       step.run(mode, nullptr, /*keep_grads=*/false);
       impl_->graph.capture_end();
     } catch (...) {
