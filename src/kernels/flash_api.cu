@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/flash_fp32.h"
 #include "kernels/flash_params.h"
 
 namespace lmscale::kernels {
@@ -102,7 +103,10 @@ bool dtype_built(FlashDtype t) {
 
 }  // namespace
 
-bool flash_supported(FlashDtype dtype, int head_dim) { return dtype_built(dtype) && head_dim_built(head_dim); }
+bool flash_supported(FlashDtype dtype, int head_dim) {
+  if (dtype == FlashDtype::kFP32) return flash_fp32_supported(head_dim);  // fp32 path: flash_fp32.h
+  return dtype_built(dtype) && head_dim_built(head_dim);
+}
 
 std::string flash_supported_list() {
   std::string dtypes, dims;
@@ -113,7 +117,13 @@ std::string flash_supported_list() {
   return (dtypes.empty() ? "none" : dtypes) + " x head_dim {" + dims + "}";
 }
 
-void run_flash_fwd(const FlashParams& params, void* stream) { dispatch<false>(params, stream); }
-void run_flash_bwd(const FlashParams& params, void* stream) { dispatch<true>(params, stream); }
+void run_flash_fwd(const FlashParams& params, void* stream) {
+  if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_fwd(params, stream);  // fp32 path: flash_fp32.h
+  dispatch<false>(params, stream);
+}
+void run_flash_bwd(const FlashParams& params, void* stream) {
+  if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_bwd(params, stream);  // fp32 path: flash_fp32.h
+  dispatch<true>(params, stream);
+}
 
 }  // namespace lmscale::kernels

@@ -7,7 +7,8 @@
 
 namespace lmscale::kernels {
 
-enum class FlashDtype { kBF16 = 0, kFP16 = 1 };
+// kFP32: fp32 tensors, served by the fp32 SIMT kernels (flash_fp32.h), not the tensor-core ones.
+enum class FlashDtype { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
 // Element strides (not bytes). The last dim (D) must be contiguous and every row start 16-byte aligned
 // (the kernels move rows with 16-byte cp.async); ops/ checks this before filling the struct.
