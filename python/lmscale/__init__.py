@@ -12,8 +12,9 @@ ZeRO-1 (ShardedOptimizer) on lmscale's C++ core.
     loss.backward(); ddp.finish_gradient_synchronization(); opt.step()
 
 ``import lmscale`` loads nothing compiled: liblmscale.so (the ops) and the extension lmscale._C (the
-C++ DDP reducer) are loaded on first use of a name below, so the pure-Python subpackages
-(``lmscale.baseline``, ``lmscale.plots``) work without a build. Where the library is looked for:
+C++ DDP reducer) are loaded on first use of a name below (or by ``lmscale.load()``, for code calling
+``torch.ops.lmscale.*`` directly), so the pure-Python subpackages (``lmscale.baseline``,
+``lmscale.plots``) work without a build. Where the library is looked for:
 ``lmscale._library`` (``$LMSCALE_LIBRARY``, the package folder, ``$LMSCALE_BUILD_DIR``, ``build/``).
 ``python -m lmscale`` prints what the loaded build holds. See docs/python.md.
 """
@@ -35,7 +36,7 @@ _LAZY = {
     "ShardedOptimizer": "sharded_optimizer",
 }
 
-__all__ = [*_LAZY, "library_path", "build_info"]
+__all__ = [*_LAZY, "load", "library_path", "build_info"]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on demand
     from .attention import (FlashAttentionFunction, flash_attention, flash_attention_backward,
@@ -60,6 +61,12 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+def load() -> None:
+    """Loads liblmscale.so and lmscale._C now (once), registering ``torch.ops.lmscale.*``: for code
+    that calls those ops directly. Using any name above loads them too. ImportError if not built."""
+    from . import attention  # noqa: F401  (loads the library, then registers fake kernels and autograd)
 
 
 def build_info() -> dict[str, Any]:

@@ -96,6 +96,7 @@ at::Tensor as_bhnd(const at::Tensor& t) {
 }
 
 kernels::FlashDtype kernel_dtype(at::ScalarType t) {
+  if (t == at::kFloat) return kernels::FlashDtype::kFP32;
   return t == at::kHalf ? kernels::FlashDtype::kFP16 : kernels::FlashDtype::kBF16;
 }
 
@@ -123,7 +124,7 @@ kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, con
   return p;
 }
 
-// Kernel forward on bf16/fp16 CUDA tensors of any leading dims.
+// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims.
 std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   bool is_causal) {
   c10::cuda::CUDAGuard guard(q.device());
@@ -150,8 +151,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   auto dq4 = at::empty(q4.sizes(), q4.options());
   auto dk4 = at::empty(k4.sizes(), k4.options());
   auto dv4 = at::empty(v4.sizes(), v4.options());
-  // Workspaces: the fp32 dQ accumulator (zeroed by the preprocess kernel) and D = rowsum(dO ⊙ O).
-  auto dq_accum = at::empty(q4.sizes(), q4.options().dtype(at::kFloat));
+  // Workspaces: the fp32 dQ accumulator (zeroed by the preprocess kernel; the fp32 kernels compute dQ
+  // without one) and D = rowsum(dO ⊙ O).
+  const bool fp32 = q4.scalar_type() == at::kFloat;
+  auto dq_accum = at::empty(fp32 ? at::IntArrayRef{0} : q4.sizes(), q4.options().dtype(at::kFloat));
   auto dsum = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
   auto p = make_params(q4, k4, v4, is_causal);
   p.o = const_cast<void*>(o4.data_ptr());
@@ -160,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   p.dq = dq4.data_ptr();
   p.dk = dk4.data_ptr();
   p.dv = dv4.data_ptr();
-  p.dq_accum = dq_accum.data_ptr<float>();
+  p.dq_accum = fp32 ? nullptr : dq_accum.data_ptr<float>();
   p.dsum = dsum.data_ptr<float>();
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
@@ -173,7 +176,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
 #undef LMSCALE_SET_STRIDES
 #endif  // LMSCALE_HAS_KERNELS
 
-// CUDA inputs the kernels serve directly or through bf16 (fp32); fp64 and CPU go to the reference.
+// CUDA inputs the kernels serve (bf16, fp16 on tensor cores; fp32 by the fp32 SIMT kernels of
+// src/kernels/flash_fp32.cu); fp64 and CPU go to the reference.
 bool use_kernel(const at::Tensor& q) { return q.is_cuda() && q.scalar_type() != at::kDouble; }
 
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
@@ -200,9 +204,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
 bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 #ifdef LMSCALE_HAS_KERNELS
   if (dtype != at::kBFloat16 && dtype != at::kHalf && dtype != at::kFloat) return false;
-  // fp32 is served by the bf16 kernels (see flash_attention.h).
-  const auto kd = dtype == at::kHalf ? kernels::FlashDtype::kFP16 : kernels::FlashDtype::kBF16;
-  return kernels::flash_supported(kd, static_cast<int>(head_dim));
+  return kernels::flash_supported(kernel_dtype(dtype), static_cast<int>(head_dim));
 #else
   return false;
 #endif
@@ -211,12 +213,12 @@ bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, const at::Tensor& k,
                                                           const at::Tensor& v, bool is_causal) {
   check_qkv(q, k, v, is_causal);
-  if (!use_kernel(q)) return flash_reference_forward(q, k, v, is_causal);
-#ifdef LMSCALE_HAS_KERNELS
-  if (q.scalar_type() == at::kFloat) {
-    auto [o, L] = kernel_forward(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), is_causal);
-    return {o.to(at::kFloat), L};
+  if (!use_kernel(q)) {
+    // Contiguous like the kernels' outputs, so one fake (meta) implementation describes both devices.
+    auto [o, L] = flash_reference_forward(q, k, v, is_causal);
+    return {o.contiguous(), L.contiguous()};
   }
+#ifdef LMSCALE_HAS_KERNELS
   return kernel_forward(q, k, v, is_causal);
 #else
   TORCH_CHECK(false, "flash_attention: this lmscale build has no CUDA kernels (built without nvcc); got CUDA "
@@ -238,13 +240,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
               "flash_attention_backward: L must be the forward's logsumexp, ", l_dtype, " of shape ",
               at::IntArrayRef(lead), " on ", q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ",
               L.device());
-  if (!use_kernel(q)) return flash_reference_backward(q, k, v, o, L, dout, is_causal);
-#ifdef LMSCALE_HAS_KERNELS
-  if (q.scalar_type() == at::kFloat) {
-    const auto bf = at::kBFloat16;
-    auto [dq, dk, dv] = kernel_backward(q.to(bf), k.to(bf), v.to(bf), o.to(bf), L, dout.to(bf), is_causal);
-    return {dq.to(at::kFloat), dk.to(at::kFloat), dv.to(at::kFloat)};
+  if (!use_kernel(q)) {
+    auto [dq, dk, dv] = flash_reference_backward(q, k, v, o, L, dout, is_causal);
+    return {dq.contiguous(), dk.contiguous(), dv.contiguous()};  // as the kernels (see the forward)
   }
+#ifdef LMSCALE_HAS_KERNELS
   return kernel_backward(q, k, v, o, L, dout, is_causal);
 #else
   TORCH_CHECK(false, "flash_attention_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
@@ -256,9 +256,26 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 namespace {
-// Forward only (below autograd): what the CPU/CUDA keys of torch.ops.lmscale.flash_attention run.
-at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
-  return std::get<0>(flash_attention_forward(q, k, v, is_causal));
+// torch.ops.lmscale.flash_attention: O of the dispatched forward op, so that every dispatch key that
+// op has (autograd and fake, which the Python package registers; CPU, CUDA) serves this one too.
+at::Tensor flash_attention_composite(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lmscale::flash_attention_forward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, bool)>();
+  return std::get<0>(op.call(q, k, v, is_causal));
+}
+
+// What `python -m lmscale` prints: the kernels this library holds.
+std::string flash_build_info() {
+#ifdef LMSCALE_HAS_KERNELS
+  std::string fp32_dims;
+  for (int d : kSupportedHeadDims)
+    if (kernels::flash_supported(kernels::FlashDtype::kFP32, d)) fp32_dims += (fp32_dims.empty() ? "" : ", ") + std::to_string(d);
+  return "cuda_kernels=" + kernels::flash_supported_list() + "; fp32 (SIMT) x head_dim {" + fp32_dims + "}";
+#else
+  return "cuda_kernels=none (built without nvcc: CUDA tensors fail, CPU runs the reference)";
+#endif
 }
 }  // namespace
 
@@ -271,18 +288,23 @@ TORCH_LIBRARY_FRAGMENT(lmscale, m) {
       "flash_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor L, Tensor dout, "
       "bool is_causal=False) -> (Tensor, Tensor, Tensor)");
   m.def("flash_attention(Tensor q, Tensor k, Tensor v, bool is_causal=False) -> Tensor");
+  m.def("flash_build_info() -> str", &lmscale::ops::flash_build_info);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, CPU, m) {
   m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
   m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
   m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
   m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
 }
 
-TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }
+// The autograd formula and fake implementation of flash_attention_forward are registered from Python
+// (python/lmscale/attention.py, through torch.library), where Python-visible autograd nodes and
+// torch.compile need them; C++ callers use lmscale::ops::flash_attention, whose C++ autograd Function
+// saves the same tensors. flash_attention itself decomposes into flash_attention_forward.
+TORCH_LIBRARY_IMPL(lmscale, CompositeImplicitAutograd, m) {
+  m.impl("flash_attention", &lmscale::ops::flash_attention_composite);
+}
