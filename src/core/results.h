@@ -1,6 +1,6 @@
 // Results are data: every measurement becomes one JSON object (one line of <out>/<bench>.jsonl)
 // carrying bench, impl, the config, metric/value/unit and the run's provenance (gpu, commit, date,
-// command); humans get a markdown table rendered from the same records. See DESIGN.md.
+// command); humans get a markdown table rendered from the same records. See docs/design.md §4.
 #pragma once
 #include <nlohmann/json.hpp>
 

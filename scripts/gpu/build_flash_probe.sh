@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds tools/flash_probe.cu into build-probe/ with nvcc alone (seconds; no libtorch), for
-# scripts/gpu_flash_probe.sh. Same flags as the kernel library (CMakeLists.txt).
-#   scripts/build_flash_probe.sh [head_dim] [extra nvcc flags]   -> build-probe/flash_probe (64) or flash_probe_d<D>
+# scripts/gpu/gpu_flash_probe.sh. Same flags as the kernel library (CMakeLists.txt).
+#   scripts/gpu/build_flash_probe.sh [head_dim] [extra nvcc flags]   -> build-probe/flash_probe (64) or flash_probe_d<D>
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mkdir -p build-probe
 D=64
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then D=$1; shift; fi
