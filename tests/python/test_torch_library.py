@@ -94,11 +94,12 @@ def forward_backward(model, x):
     return y.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def test_compile_fullgraph_matches_eager():
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_matches_eager(device):
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = TinyAttention()
-    x = torch.randn(2, 24, 32)
+    model = TinyAttention().to(device)
+    x = torch.randn(2, 24, 32, device=device)
     y_eager, g_eager = forward_backward(model, x)
     compiled = torch.compile(model, fullgraph=True)  # fullgraph: any graph break raises
     y, g = forward_backward(compiled, x)
