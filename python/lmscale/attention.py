@@ -8,6 +8,10 @@ through ``torch.library`` with what PyTorch 2.x asks of a custom op:
   and the logsumexp L with ``save_for_backward``; backward calls the backward op. So
   ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq).
 
+``torch.ops.lmscale.flash_attention`` (O only) gets a fake kernel here too; its autograd is the C++
+``autograd::Function`` (so C++ programs get gradients through the dispatcher), whose grad_fn is a C++
+node: Python code wanting the saved tensors calls ``lmscale.flash_attention`` (this module).
+
 Importing this module loads liblmscale (``lmscale._library``). Why the schemas stay in C++ and are
 not redefined with ``torch.library.custom_op``: the C++ training code and CLI run the same ops with
 no Python in the process; one definition serves both, and Python adds only what needs Python.
@@ -55,6 +59,12 @@ def _forward_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     # Both devices return contiguous O and L (the C++ op guarantees it), so the fake does too.
     _check_fake_inputs(q, k, v, is_causal)
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=_logsumexp_dtype(q))
+
+
+@torch.library.register_fake("lmscale::flash_attention")
+def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
+    _check_fake_inputs(q, k, v, is_causal)
+    return q.new_empty(q.shape)
 
 
 @torch.library.register_fake("lmscale::flash_attention_backward")

@@ -180,11 +180,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
 // src/kernels/flash_fp32.cu); fp64 and CPU go to the reference.
 bool use_kernel(const at::Tensor& q) { return q.is_cuda() && q.scalar_type() != at::kDouble; }
 
+// The dispatcher's flash_attention_forward / _backward ops. The autograd Function below calls them
+// rather than the C++ functions, so that every dispatch key they have applies: under torch.compile
+// and torch.library.opcheck, the fake kernels the Python package registers (python/lmscale/attention.py).
+std::tuple<at::Tensor, at::Tensor> dispatch_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    bool is_causal) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lmscale::flash_attention_forward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, bool)>();
+  return op.call(q, k, v, is_causal);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> dispatch_backward(const at::Tensor& q, const at::Tensor& k,
+                                                                 const at::Tensor& v, const at::Tensor& o,
+                                                                 const at::Tensor& L, const at::Tensor& dout,
+                                                                 bool is_causal) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("lmscale::flash_attention_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                bool)>();
+  return op.call(q, k, v, o, L, dout, is_causal);
+}
+
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, bool is_causal) {
-    auto [o, L] = flash_attention_forward(q, k, v, is_causal);
+    auto [o, L] = dispatch_forward(q, k, v, is_causal);
     ctx->save_for_backward({q, k, v, o, L});
     ctx->saved_data["is_causal"] = is_causal;
     return o;
@@ -194,7 +219,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     const auto saved = ctx->get_saved_variables();
     const bool is_causal = ctx->saved_data["is_causal"].toBool();
     auto [dq, dk, dv] =
-        flash_attention_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
+        dispatch_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
     return {dq, dk, dv, at::Tensor()};
   }
 };
@@ -256,14 +281,9 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 namespace {
-// torch.ops.lmscale.flash_attention: O of the dispatched forward op, so that every dispatch key that
-// op has (autograd and fake, which the Python package registers; CPU, CUDA) serves this one too.
-at::Tensor flash_attention_composite(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lmscale::flash_attention_forward", "")
-                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                                       const at::Tensor&, bool)>();
-  return std::get<0>(op.call(q, k, v, is_causal));
+// Forward only (below autograd): what the CPU/CUDA keys of torch.ops.lmscale.flash_attention run.
+at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
+  return std::get<0>(flash_attention_forward(q, k, v, is_causal));
 }
 
 // What `python -m lmscale` prints: the kernels this library holds.
@@ -294,17 +314,18 @@ TORCH_LIBRARY_FRAGMENT(lmscale, m) {
 TORCH_LIBRARY_IMPL(lmscale, CPU, m) {
   m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
   m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
+  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
   m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
   m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
+  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
 }
 
-// The autograd formula and fake implementation of flash_attention_forward are registered from Python
-// (python/lmscale/attention.py, through torch.library), where Python-visible autograd nodes and
-// torch.compile need them; C++ callers use lmscale::ops::flash_attention, whose C++ autograd Function
-// saves the same tensors. flash_attention itself decomposes into flash_attention_forward.
-TORCH_LIBRARY_IMPL(lmscale, CompositeImplicitAutograd, m) {
-  m.impl("flash_attention", &lmscale::ops::flash_attention_composite);
-}
+// Autograd: flash_attention (O only) has the C++ Function above, so C++ programs with no Python get
+// gradients through the dispatcher too. flash_attention_forward's autograd formula and the fake
+// kernels of all three ops are registered from Python (python/lmscale/attention.py, torch.library),
+// where Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is
+// what lmscale.flash_attention calls.
+TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }

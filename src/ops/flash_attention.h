@@ -5,8 +5,8 @@
 // bf16/fp16 on tensor cores, fp32 on the fp32 SIMT kernels (flash_fp32_*.cu: fp32 math throughout, no
 // TF32, no bf16 rounding); fp64 CUDA inputs run the reference. Outputs are always contiguous.
 // Registered as torch.ops.lmscale.flash_attention_{forward,backward} (CPU, CUDA) and
-// torch.ops.lmscale.flash_attention (decomposes into the forward); the fake implementations and the
-// forward's autograd formula are registered by the Python package (python/lmscale/attention.py).
+// torch.ops.lmscale.flash_attention (CPU, CUDA, and Autograd: flash_attention below); the fake kernels
+// and the forward op's autograd formula are registered by the Python package (python/lmscale/attention.py).
 #pragma once
 #include <ATen/core/Tensor.h>
 
