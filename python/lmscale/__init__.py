@@ -1,110 +1,76 @@
-"""lmscale for PyTorch users: importing the package loads lmscale's C++ library, whose
-TORCH_LIBRARY registrations create ``torch.ops.lmscale.*``, and its pybind11 extension ``lmscale._C``
-(the C++ DDP reducer); this package only adds thin wrappers.
+"""lmscale for PyTorch users: FlashAttention-2 as ``torch.library`` ops, DistributedDataParallel and
+ZeRO-1 (ShardedOptimizer) on lmscale's C++ core.
 
     import torch, lmscale
     q, k, v = (torch.randn(2, 4, 128, 64, requires_grad=True) for _ in range(3))
     o = lmscale.flash_attention(q, k, v, is_causal=True)   # (..., N, D); CPU: reference, CUDA: kernel
     o.sum().backward()
+    model = torch.compile(model, fullgraph=True)            # a model calling it: no graph break
 
     ddp = lmscale.DistributedDataParallel(model, bucket_size_mb=25)      # after dist.init_process_group
     opt = lmscale.ShardedOptimizer(ddp.parameters(), torch.optim.AdamW, lr=1e-3)
     loss.backward(); ddp.finish_gradient_synchronization(); opt.step()
 
-The library and extension are found at $LMSCALE_LIBRARY (the path of liblmscale.so; _C sits beside
-it), else in the build folders of this checkout (``$LMSCALE_BUILD_DIR``, ``build/``, ``build-gpu/``),
-as built by ``./lmscale build``. See docs/python.md.
+``import lmscale`` loads nothing compiled: liblmscale.so (the ops) and the extension lmscale._C (the
+C++ DDP reducer) are loaded on first use of a name below (or by ``lmscale.load()``, for code calling
+``torch.ops.lmscale.*`` directly), so the pure-Python subpackages (``lmscale.baseline``,
+``lmscale.plots``) work without a build. Where the library is looked for:
+``lmscale._library`` (``$LMSCALE_LIBRARY``, the package folder, ``$LMSCALE_BUILD_DIR``, ``build/``).
+``python -m lmscale`` prints what the loaded build holds. See docs/python.md.
 """
-import importlib.machinery
-import importlib.util
-import os
-import pathlib
-import sys
+from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "flash_attention",
-    "flash_attention_forward",
-    "flash_attention_backward",
-    "DistributedDataParallel",
-    "ShardedOptimizer",
-    "library_path",
-]
+__version__ = "0.1.0"
 
+# Public name -> the submodule defining it. Importing lmscale.attention loads liblmscale;
+# lmscale.ddp and lmscale.sharded_optimizer load it when an object is built.
+_LAZY = {
+    "flash_attention": "attention",
+    "flash_attention_forward": "attention",
+    "flash_attention_backward": "attention",
+    "FlashAttentionFunction": "attention",
+    "DistributedDataParallel": "ddp",
+    "ShardedOptimizer": "sharded_optimizer",
+}
 
-def _find_library():
-    if os.environ.get("LMSCALE_LIBRARY"):
-        return pathlib.Path(os.environ["LMSCALE_LIBRARY"])
-    root = pathlib.Path(__file__).resolve().parents[2]
-    candidates = [pathlib.Path(os.environ["LMSCALE_BUILD_DIR"])] if os.environ.get("LMSCALE_BUILD_DIR") else []
-    candidates += [root / "build", root / "build-gpu"]
-    for folder in candidates:
-        lib = folder / "liblmscale.so"
-        if lib.exists():
-            return lib
-    raise ImportError(
-        "lmscale: liblmscale.so not found (looked in "
-        + ", ".join(str(c) for c in candidates)
-        + "). Build it with `./lmscale build`, or point LMSCALE_LIBRARY at it."
-    )
+__all__ = [*_LAZY, "load", "library_path", "build_info"]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on demand
+    from .attention import (FlashAttentionFunction, flash_attention, flash_attention_backward,
+                            flash_attention_forward)
+    from .ddp import DistributedDataParallel
+    from .sharded_optimizer import ShardedOptimizer
 
 
-def _load_extension(folder):
-    """Imports lmscale._C from the build folder (it is built there, not in this package, so that
-    several build folders coexist). Returns None when the build skipped it (no Python headers)."""
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = folder / ("_C" + suffix)
-        if path.exists():
-            spec = importlib.util.spec_from_file_location(__name__ + "._C", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            return module
-    return None
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+    if name == "library_path":  # the loaded liblmscale.so (a pathlib.Path); loads it
+        from . import _library
+        return _library.library_path()
+    if name == "_C":
+        from . import _library
+        return _library.load()
+    raise AttributeError(f"module 'lmscale' has no attribute {name!r}")
 
 
-library_path = _find_library()
-# Load order matters: the op library first (its registrations), then _C, which links against it
-# and so reuses the copy already loaded.
-torch.ops.load_library(str(library_path))
-_C = _load_extension(library_path.parent)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
-def _require_extension(what):
-    if _C is None:
-        raise ImportError(
-            f"lmscale.{what} needs the extension lmscale._C, which is not in {library_path.parent}. "
-            "It is skipped when CMake finds no Python headers for the interpreter: install them "
-            "(apt-get install python3-dev) and run `./lmscale build` again (its log names the cause)."
-        )
-    return _C
+def load() -> None:
+    """Loads liblmscale.so and lmscale._C now (once), registering ``torch.ops.lmscale.*``: for code
+    that calls those ops directly. Using any name above loads them too. ImportError if not built."""
+    from . import attention  # noqa: F401  (loads the library, then registers fake kernels and autograd)
 
 
-def _require_distributed(what, how):
-    """lmscale._C, once torch.distributed is initialised; `how` says how to initialise it."""
-    C = _require_extension(what)
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(f"lmscale.{what}: torch.distributed is not initialised. Call {how}")
-    return C
-
-
-def flash_attention(q, k, v, is_causal=False):
-    """FlashAttention-2, autograd-aware. q (..., Nq, D), k/v (..., Nk, D); returns O like q.
-    Saves q, k, v, O and the fp32 logsumexp L for backward, nothing else."""
-    return torch.ops.lmscale.flash_attention(q, k, v, is_causal)
-
-
-def flash_attention_forward(q, k, v, is_causal=False):
-    """Low-level forward: returns (O, L) with L the fp32 logsumexp of shape (..., Nq)."""
-    return torch.ops.lmscale.flash_attention_forward(q, k, v, is_causal)
-
-
-def flash_attention_backward(q, k, v, o, L, dout, is_causal=False):
-    """Low-level backward by recomputation: returns (dQ, dK, dV)."""
-    return torch.ops.lmscale.flash_attention_backward(q, k, v, o, L, dout, is_causal)
-
-
-from .ddp import DistributedDataParallel  # noqa: E402  (needs _C, loaded above)
-from .sharded_optimizer import ShardedOptimizer  # noqa: E402
+def build_info() -> dict[str, Any]:
+    """What the loaded build holds: library path, whether lmscale._C and CUDA kernels were built, the
+    kernels' CUDA architecture, head dims and dtypes. Loads liblmscale."""
+    from .info import build_info as _build_info
+    return _build_info()

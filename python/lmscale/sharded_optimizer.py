@@ -10,11 +10,21 @@ Why whole parameters (zero.h's mode 1) and not even slices of a flat buffer (mod
 runs the unmodified optimizer on unmodified parameters, which keeps *any* optimizer bit-identical
 to the unsharded one, including ones that are not elementwise (torch.optim.Adafactor's row/column
 statistics would change if a parameter were cut in two).
+
+Checkpoints follow torch.optim's format with global parameter indices: ``state_dict()`` is this rank's
+shard (state of the parameters it owns), ``consolidate_state_dict(to=0)`` gathers every shard into
+one complete dict on one rank (as ``torch.distributed.optim.ZeroRedundancyOptimizer`` does), and
+``load_state_dict`` accepts either: each rank keeps the entries of the parameters it owns.
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional
+
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_map_only
 
-from . import _require_distributed
+from ._library import require_distributed as _require_distributed
 
 
 def _hyperparameters(group):
@@ -35,12 +45,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
     - Hyperparameters live in ``self.param_groups`` (complete, with the optimizer's defaults), so LR
       schedulers work; they are copied into the rank's local optimizer at each step.
     - ``process_group`` (keyword only; default: torch.distributed's default group) picks the ranks.
+    - Checkpoints: ``state_dict()`` returns this rank's shard (no communication): torch.optim's format
+      with parameters numbered across all groups, ``state`` holding only the owned ones.
+      ``consolidate_state_dict(to=0)`` (collective) returns the complete dict on rank ``to`` and None
+      elsewhere. ``load_state_dict`` takes this rank's own shard or a complete dict (then it may come
+      from another world size); it restores the hyperparameters too.
     - Not supported: optimizers that re-evaluate a closure several times per step (LBFGS); a closure
-      passed to step() is called once, before the update. ``state_dict()`` is this rank's view only
-      (the state sits in ``local_optimizer``); TODO: gather it when checkpointing needs it.
+      passed to step() is called once, before the update.
     """
 
-    def __init__(self, params, optimizer_cls, *, process_group=None, **kwargs):
+    def __init__(self, params: Iterable[Any], optimizer_cls: type[torch.optim.Optimizer], *,
+                 process_group: Optional[dist.ProcessGroup] = None, **kwargs: Any) -> None:
         self._C = _require_distributed(
             "ShardedOptimizer", "torch.distributed.init_process_group(...) on every rank before building it."
         )
@@ -69,11 +84,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
         del self._initial_groups
 
     @property
-    def local_optimizer(self):
+    def local_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer_cls instance over this rank's parameters (its groups match param_groups)."""
         return self._local
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)  # validates and fills the defaults
         group = self.param_groups[-1]
         params = group["params"]
@@ -89,7 +104,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._local.add_param_group(local)
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -106,3 +121,83 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for work in works:
             work.wait()
         return loss
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _local_to_global(self) -> list[int]:
+        """For each parameter of the local optimizer, in its own numbering order (groups in order),
+        its index in this optimizer's numbering (all parameters of all groups, in order)."""
+        index = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                index[id(p)] = len(index)
+        return [index[id(p)] for group in self._local.param_groups for p in group["params"]]
+
+    def _owned_indices(self) -> list[int]:
+        return sorted(self._local_to_global())
+
+    def _groups_for_checkpoint(self) -> list[dict[str, Any]]:
+        groups, start = [], 0
+        for group in self.param_groups:
+            saved = _hyperparameters(group)
+            saved["params"] = list(range(start, start + len(group["params"])))
+            start += len(group["params"])
+            groups.append(saved)
+        return groups
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's shard: ``{"state": {index: state of an owned parameter}, "param_groups": [...],
+        "shard": {"rank", "world_size", "owned"}}``, indices numbering every parameter of every group.
+        No communication; save one file per rank, or use consolidate_state_dict for one file."""
+        local = self._local.state_dict()
+        to_global = self._local_to_global()
+        return {
+            "state": {to_global[i]: s for i, s in local["state"].items()},
+            "param_groups": self._groups_for_checkpoint(),
+            "shard": {"rank": self._rank, "world_size": len(self._load), "owned": self._owned_indices()},
+        }
+
+    def consolidate_state_dict(self, to: int = 0) -> Optional[dict[str, Any]]:
+        """Collective (every rank calls it): gathers every rank's shard to rank ``to`` (a rank of the
+        optimizer's group) and returns there one complete state dict, tensors on the CPU, that
+        ``load_state_dict`` accepts on any number of ranks (or a plain ``optimizer_cls`` accepts as
+        is, once the ``"shard"`` key is dropped). Returns None on the other ranks."""
+        shard = tree_map_only(torch.Tensor, lambda t: t.detach().cpu(), self.state_dict())
+        gathered = [None] * len(self._load) if self._rank == to else None
+        dist.gather_object(shard, gathered, group=self._group, group_dst=to)
+        if self._rank != to:
+            return None
+        state = {}
+        for piece in gathered:
+            state.update(piece["state"])
+        return {"state": dict(sorted(state.items())), "param_groups": shard["param_groups"], "shard": None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores a checkpoint: this rank's own shard (from state_dict()) or a complete dict (from
+        consolidate_state_dict). Hyperparameters go to every group; optimizer state to the owned
+        parameters. No communication."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+            len(saved["params"]) != len(group["params"]) for saved, group in zip(groups, self.param_groups)
+        ):
+            raise ValueError(
+                "lmscale.ShardedOptimizer.load_state_dict: the checkpoint has groups of sizes "
+                f"{[len(g['params']) for g in groups]}, this optimizer "
+                f"{[len(g['params']) for g in self.param_groups]}. Build the optimizer over the same "
+                "parameters, in the same order and groups, as the one that saved it."
+            )
+        shard = state_dict.get("shard")
+        if shard is not None and (shard["world_size"] != len(self._load) or shard["owned"] != self._owned_indices()):
+            raise ValueError(
+                f"lmscale.ShardedOptimizer.load_state_dict: this is the shard of rank {shard['rank']} of "
+                f"{shard['world_size']}, but rank {self._rank} of {len(self._load)} owns other parameters. "
+                "Load each rank's own shard, or a complete dict from consolidate_state_dict()."
+            )
+        for group, saved in zip(self.param_groups, groups):
+            group.update(_hyperparameters(saved))
+        local = self._local.state_dict()  # its own numbering, to fill in
+        state = state_dict["state"]
+        local["state"] = {i: state[g] for i, g in enumerate(self._local_to_global()) if g in state}
+        for group, local_group in zip(self.param_groups, local["param_groups"]):
+            local_group.update(_hyperparameters(group))
+        self._local.load_state_dict(local)

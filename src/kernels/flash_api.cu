@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/flash_fp32.h"
 #include "kernels/flash_params.h"
 #include "kernels/flash_variants.h"
 #ifdef LMSCALE_FA_HOPPER
@@ -83,7 +84,10 @@ bool dtype_built(FlashDtype t) {
 
 }  // namespace
 
-bool flash_supported(FlashDtype dtype, int head_dim) { return dtype_built(dtype) && head_dim_built(head_dim); }
+bool flash_supported(FlashDtype dtype, int head_dim) {
+  if (dtype == FlashDtype::kFP32) return flash_fp32_supported(head_dim);  // fp32 path: flash_fp32.h
+  return dtype_built(dtype) && head_dim_built(head_dim);
+}
 
 std::string flash_supported_list() {
   std::string dtypes, dims;
@@ -124,9 +128,13 @@ void set_default_flash_path(FlashPath path) { g_default_path.store(static_cast<i
 FlashPath default_flash_path() { return static_cast<FlashPath>(g_default_path.load()); }
 
 void run_flash_fwd(const FlashParams& params, void* stream) {
+  if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_fwd(params, stream);  // fp32 path: flash_fp32.h
   if (run_hopper_fwd_if_chosen(params, stream)) return;
   dispatch<false>(params, stream);
 }
-void run_flash_bwd(const FlashParams& params, void* stream) { dispatch<true>(params, stream); }
+void run_flash_bwd(const FlashParams& params, void* stream) {
+  if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_bwd(params, stream);  // fp32 path: flash_fp32.h
+  dispatch<true>(params, stream);
+}
 
 }  // namespace lmscale::kernels

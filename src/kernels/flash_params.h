@@ -7,7 +7,8 @@
 
 namespace lmscale::kernels {
 
-enum class FlashDtype { kBF16 = 0, kFP16 = 1 };
+// kFP32: fp32 tensors, served by the fp32 SIMT kernels (flash_fp32.h), not the tensor-core ones.
+enum class FlashDtype { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
 // Which kernel family runs the forward: kAuto picks the sm_90a wgmma/TMA kernels (src/kernels/hopper/)
 // when they apply (device sm_90, dtype and head dim built, strides TMA can describe) and the mma.sync

@@ -94,6 +94,7 @@ at::Tensor as_bhnd(const at::Tensor& t) {
 }
 
 kernels::FlashDtype kernel_dtype(at::ScalarType t) {
+  if (t == at::kFloat) return kernels::FlashDtype::kFP32;
   return t == at::kHalf ? kernels::FlashDtype::kFP16 : kernels::FlashDtype::kBF16;
 }
 
@@ -121,7 +122,7 @@ kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, con
   return p;
 }
 
-// Kernel forward on bf16/fp16 CUDA tensors of any leading dims.
+// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims.
 std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   bool is_causal) {
   check_kernels_run_on(q.device());  // names the GPU and the fix instead of "no kernel image"
@@ -150,8 +151,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   auto dq4 = at::empty(q4.sizes(), q4.options());
   auto dk4 = at::empty(k4.sizes(), k4.options());
   auto dv4 = at::empty(v4.sizes(), v4.options());
-  // Workspaces: the fp32 dQ accumulator (zeroed by the preprocess kernel) and D = rowsum(dO ⊙ O).
-  auto dq_accum = at::empty(q4.sizes(), q4.options().dtype(at::kFloat));
+  // Workspaces: the fp32 dQ accumulator (zeroed by the preprocess kernel; the fp32 kernels compute dQ
+  // without one) and D = rowsum(dO ⊙ O).
+  const bool fp32 = q4.scalar_type() == at::kFloat;
+  auto dq_accum = at::empty(fp32 ? at::IntArrayRef{0} : q4.sizes(), q4.options().dtype(at::kFloat));
   auto dsum = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
   auto p = make_params(q4, k4, v4, is_causal);
   p.o = const_cast<void*>(o4.data_ptr());
@@ -160,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   p.dq = dq4.data_ptr();
   p.dk = dk4.data_ptr();
   p.dv = dv4.data_ptr();
-  p.dq_accum = dq_accum.data_ptr<float>();
+  p.dq_accum = fp32 ? nullptr : dq_accum.data_ptr<float>();
   p.dsum = dsum.data_ptr<float>();
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
@@ -173,14 +176,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
 #undef LMSCALE_SET_STRIDES
 #endif  // LMSCALE_HAS_KERNELS
 
-// CUDA inputs the kernels serve directly or through bf16 (fp32); fp64 and CPU go to the reference.
+// CUDA inputs the kernels serve (bf16, fp16 on tensor cores; fp32 by the fp32 SIMT kernels of
+// src/kernels/flash_fp32.cu); fp64 and CPU go to the reference.
 bool use_kernel(const at::Tensor& q) { return q.is_cuda() && q.scalar_type() != at::kDouble; }
+
+// The dispatcher's flash_attention_forward / _backward ops. The autograd Function below calls them
+// rather than the C++ functions, so that every dispatch key they have applies: under torch.compile
+// and torch.library.opcheck, the fake kernels the Python package registers (python/lmscale/attention.py).
+std::tuple<at::Tensor, at::Tensor> dispatch_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    bool is_causal) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lmscale::flash_attention_forward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                       const at::Tensor&, bool)>();
+  return op.call(q, k, v, is_causal);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> dispatch_backward(const at::Tensor& q, const at::Tensor& k,
+                                                                 const at::Tensor& v, const at::Tensor& o,
+                                                                 const at::Tensor& L, const at::Tensor& dout,
+                                                                 bool is_causal) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("lmscale::flash_attention_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                                bool)>();
+  return op.call(q, k, v, o, L, dout, is_causal);
+}
 
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, bool is_causal) {
-    auto [o, L] = flash_attention_forward(q, k, v, is_causal);
+    auto [o, L] = dispatch_forward(q, k, v, is_causal);
     ctx->save_for_backward({q, k, v, o, L});
     ctx->saved_data["is_causal"] = is_causal;
     return o;
@@ -190,7 +219,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     const auto saved = ctx->get_saved_variables();
     const bool is_causal = ctx->saved_data["is_causal"].toBool();
     auto [dq, dk, dv] =
-        flash_attention_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
+        dispatch_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
     return {dq, dk, dv, at::Tensor()};
   }
 };
@@ -200,9 +229,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
 bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 #ifdef LMSCALE_HAS_KERNELS
   if (dtype != at::kBFloat16 && dtype != at::kHalf && dtype != at::kFloat) return false;
-  // fp32 is served by the bf16 kernels (see flash_attention.h).
-  const auto kd = dtype == at::kHalf ? kernels::FlashDtype::kFP16 : kernels::FlashDtype::kBF16;
-  return kernels::flash_supported(kd, static_cast<int>(head_dim));
+  return kernels::flash_supported(kernel_dtype(dtype), static_cast<int>(head_dim));
 #else
   return false;
 #endif
@@ -211,12 +238,12 @@ bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, const at::Tensor& k,
                                                           const at::Tensor& v, bool is_causal) {
   check_qkv(q, k, v, is_causal);
-  if (!use_kernel(q)) return flash_reference_forward(q, k, v, is_causal);
-#ifdef LMSCALE_HAS_KERNELS
-  if (q.scalar_type() == at::kFloat) {
-    auto [o, L] = kernel_forward(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), is_causal);
-    return {o.to(at::kFloat), L};
+  if (!use_kernel(q)) {
+    // Contiguous like the kernels' outputs, so one fake (meta) implementation describes both devices.
+    auto [o, L] = flash_reference_forward(q, k, v, is_causal);
+    return {o.contiguous(), L.contiguous()};
   }
+#ifdef LMSCALE_HAS_KERNELS
   return kernel_forward(q, k, v, is_causal);
 #else
   TORCH_CHECK(false, "flash_attention: this lmscale build has no CUDA kernels (built without nvcc); got CUDA "
@@ -238,13 +265,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
               "flash_attention_backward: L must be the forward's logsumexp, ", l_dtype, " of shape ",
               at::IntArrayRef(lead), " on ", q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ",
               L.device());
-  if (!use_kernel(q)) return flash_reference_backward(q, k, v, o, L, dout, is_causal);
-#ifdef LMSCALE_HAS_KERNELS
-  if (q.scalar_type() == at::kFloat) {
-    const auto bf = at::kBFloat16;
-    auto [dq, dk, dv] = kernel_backward(q.to(bf), k.to(bf), v.to(bf), o.to(bf), L, dout.to(bf), is_causal);
-    return {dq.to(at::kFloat), dk.to(at::kFloat), dv.to(at::kFloat)};
+  if (!use_kernel(q)) {
+    auto [dq, dk, dv] = flash_reference_backward(q, k, v, o, L, dout, is_causal);
+    return {dq.contiguous(), dk.contiguous(), dv.contiguous()};  // as the kernels (see the forward)
   }
+#ifdef LMSCALE_HAS_KERNELS
   return kernel_backward(q, k, v, o, L, dout, is_causal);
 #else
   TORCH_CHECK(false, "flash_attention_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
@@ -260,6 +285,18 @@ namespace {
 at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
   return std::get<0>(flash_attention_forward(q, k, v, is_causal));
 }
+
+// What `python -m lmscale` prints: the kernels this library holds.
+std::string flash_build_info() {
+#ifdef LMSCALE_HAS_KERNELS
+  std::string fp32_dims;
+  for (int d : kSupportedHeadDims)
+    if (kernels::flash_supported(kernels::FlashDtype::kFP32, d)) fp32_dims += (fp32_dims.empty() ? "" : ", ") + std::to_string(d);
+  return "cuda_kernels=" + kernels::flash_supported_list() + "; fp32 (SIMT) x head_dim {" + fp32_dims + "}";
+#else
+  return "cuda_kernels=none (built without nvcc: CUDA tensors fail, CPU runs the reference)";
+#endif
+}
 }  // namespace
 
 }  // namespace lmscale::ops
@@ -271,6 +308,7 @@ TORCH_LIBRARY_FRAGMENT(lmscale, m) {
       "flash_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor L, Tensor dout, "
       "bool is_causal=False) -> (Tensor, Tensor, Tensor)");
   m.def("flash_attention(Tensor q, Tensor k, Tensor v, bool is_causal=False) -> Tensor");
+  m.def("flash_build_info() -> str", &lmscale::ops::flash_build_info);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, CPU, m) {
@@ -285,4 +323,9 @@ TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
   m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
 }
 
+// Autograd: flash_attention (O only) has the C++ Function above, so C++ programs with no Python get
+// gradients through the dispatcher too. flash_attention_forward's autograd formula and the fake
+// kernels of all three ops are registered from Python (python/lmscale/attention.py, torch.library),
+// where Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is
+// what lmscale.flash_attention calls.
 TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }

@@ -103,13 +103,4 @@ def test_cuda_kernel_within_3x_torch_error(dtype, causal):
         assert err <= bar, (name, err, bar)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_cuda_fp32_served_by_bf16_kernel(causal):
-    q, k, v = inputs((1, 4, 130, 64), (1, 4, 130, 64), dtype=torch.float32, device="cuda")
-    o = lmscale.flash_attention(q, k, v, is_causal=causal)
-    assert o.dtype == torch.float32
-    ref, _ = plain_attention(q.double(), k.double(), v.double(), causal)
-    assert max_error(o, ref) < 5e-2  # bf16 rounding of the inputs and of P
-    o.sum().backward()
-    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+# fp32 on CUDA (its own kernels, fp32-class accuracy): test_flash_fp32_cuda.py.

@@ -245,7 +245,8 @@ TEST(FlashKernel, AutogradOpOnTransposedViewsMatchesReference) {
   EXPECT_LE(max_diff(q.grad(), dq_ref), 3 * max_diff(base.dq, dq_ref) + fl);
   EXPECT_LE(max_diff(k.grad(), dk_ref), 3 * max_diff(base.dk, dk_ref) + fl);
   EXPECT_LE(max_diff(v.grad(), dv_ref), 3 * max_diff(base.dv, dv_ref) + fl);
-  // fp32 inputs go through bf16: output dtype fp32, accuracy of bf16.
+  // fp32 inputs run the fp32 kernels: output dtype fp32, at least bf16's accuracy (fp32-class bars:
+  // tests/python/test_flash_fp32_cuda.py).
   auto q32 = q.detach().to(torch::kFloat), k32 = k.detach().to(torch::kFloat), v32 = v.detach().to(torch::kFloat);
   auto [o32, L32] = ops::flash_attention_forward(q32, k32, v32, true);
   EXPECT_EQ(o32.scalar_type(), torch::kFloat);
@@ -272,7 +273,7 @@ TEST(FlashKernel, ModelWithFlashBackendMatchesNaive) {
   const int64_t T = std::min<int64_t>(cfg.context_length, 100);
   auto tokens = torch::randint(cfg.vocab_size, {2, T}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
   auto targets = torch::randint(cfg.vocab_size, {2, T}, tokens.options());
-  // fp32 model: the flash backend rounds q, k, v to bf16, so the two agree to bf16 accuracy.
+  // fp32 model: the flash backend runs the fp32 kernels; the bars are bf16's, from when it rounded to bf16.
   auto loss_naive = cross_entropy(naive_model(tokens), targets);
   auto loss_flash = cross_entropy(flash_model(tokens), targets);
   loss_naive.backward();

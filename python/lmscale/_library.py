@@ -1,0 +1,121 @@
+"""Finds and loads lmscale's compiled parts, once, on first use: liblmscale.so (whose TORCH_LIBRARY
+registrations create ``torch.ops.lmscale.*``) and the pybind11 extension ``lmscale._C`` (the C++ DDP
+reducer and ZeRO's shard math).
+
+Nothing here runs at ``import lmscale``: pure-Python subpackages (``lmscale.baseline``,
+``lmscale.plots``) import without a build. Where the files are looked for, in order:
+
+1. ``$LMSCALE_LIBRARY`` (the path of liblmscale.so; _C sits beside it);
+2. the package folder itself (``pip install ./python`` copies both there);
+3. ``$LMSCALE_BUILD_DIR``, then ``build/`` and ``build-gpu/`` of the checkout this package sits in
+   (``./lmscale build``, ``./lmscale python-install``).
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import pathlib
+import sys
+import threading
+from types import ModuleType
+from typing import Optional
+
+import torch
+
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+_LIBRARY_NAME = "liblmscale.so"
+
+_lock = threading.Lock()
+_library_path: Optional[pathlib.Path] = None
+_extension: Optional[ModuleType] = None
+_loaded = False
+
+
+def candidate_folders() -> list[pathlib.Path]:
+    """The folders searched for liblmscale.so when $LMSCALE_LIBRARY is not set, in order."""
+    folders = [_PACKAGE_DIR]
+    if os.environ.get("LMSCALE_BUILD_DIR"):
+        folders.append(pathlib.Path(os.environ["LMSCALE_BUILD_DIR"]))
+    root = _PACKAGE_DIR.parents[1]  # <checkout>/python/lmscale -> <checkout>
+    folders += [root / "build", root / "build-gpu"]
+    return folders
+
+
+def find_library() -> pathlib.Path:
+    """The liblmscale.so that load() would load; ImportError naming the places looked at and the fix."""
+    if os.environ.get("LMSCALE_LIBRARY"):
+        path = pathlib.Path(os.environ["LMSCALE_LIBRARY"])
+        if not path.is_file():
+            raise ImportError(f"lmscale: LMSCALE_LIBRARY={path} is not a file. Point it at a built liblmscale.so.")
+        return path
+    folders = candidate_folders()
+    for folder in folders:
+        if (folder / _LIBRARY_NAME).is_file():
+            return folder / _LIBRARY_NAME
+    raise ImportError(
+        "lmscale: the compiled library liblmscale.so was not found (looked in "
+        + ", ".join(str(f) for f in folders)
+        + "). Build it with `./lmscale build` in the lmscale checkout (then set LMSCALE_BUILD_DIR if the "
+        "build folder is not build/), install with `pip install ./python`, or point LMSCALE_LIBRARY at it."
+    )
+
+
+def _import_extension(folder: pathlib.Path) -> Optional[ModuleType]:
+    """Imports lmscale._C from `folder` (it is built beside liblmscale.so, not in this package, so that
+    several build folders coexist). None when the build skipped it (no Python headers)."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = folder / ("_C" + suffix)
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location("lmscale._C", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            return module
+    return None
+
+
+def load() -> Optional[ModuleType]:
+    """Loads liblmscale.so and lmscale._C once (thread-safe); returns _C, or None if it was not built."""
+    global _library_path, _extension, _loaded
+    if _loaded:
+        return _extension
+    with _lock:
+        if not _loaded:
+            path = find_library()
+            # Load order matters: the op library first (its registrations), then _C, which links
+            # against it and so reuses the copy already loaded.
+            torch.ops.load_library(str(path))
+            _extension = _import_extension(path.parent)
+            _library_path = path
+            _loaded = True
+    return _extension
+
+
+def library_path() -> pathlib.Path:
+    """The path of the loaded liblmscale.so (loading it if needed)."""
+    load()
+    assert _library_path is not None
+    return _library_path
+
+
+def require_extension(what: str) -> ModuleType:
+    """lmscale._C, or an ImportError saying why it is missing and how to build it."""
+    C = load()
+    if C is None:
+        raise ImportError(
+            f"lmscale.{what} needs the extension lmscale._C, which is not in {library_path().parent}. "
+            "It is skipped when CMake finds no Python headers for the interpreter: install them "
+            "(apt-get install python3-dev) and run `./lmscale build` again (its log names the cause)."
+        )
+    return C
+
+
+def require_distributed(what: str, how: str) -> ModuleType:
+    """lmscale._C, once torch.distributed is initialised; `how` says how to initialise it."""
+    import torch.distributed as dist
+
+    C = require_extension(what)
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"lmscale.{what}: torch.distributed is not initialised. Call {how}")
+    return C

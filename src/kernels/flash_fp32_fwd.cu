@@ -1,0 +1,115 @@
+// FlashAttention-2 forward in fp32 (FlashDtype::kFP32): plain FFMA on shared-memory tiles, fp32
+// throughout (scores, softmax, P, accumulation), so fp32 inputs get fp32-class results instead of
+// the tensor-core kernels' bf16/fp16 rounding. One block per (batch*head, 64 query rows); it streams
+// 32-key tiles of K and V with the online softmax of docs/spec.md §3. Thread layout: Note [fp32 tile
+// mapping] in flash_fp32_tile.cuh. Speed is secondary (docs/flash_notes.md, "fp32 path").
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/flash_fp32.h"
+#include "kernels/flash_fp32_tile.cuh"
+
+namespace lmscale::kernels {
+namespace flash_fp32 {
+
+template <int D>
+constexpr int fwd_smem_bytes() {
+  return ((kOuter + 2 * kInner) * padded(D) + kOuter * kScoreStride) * static_cast<int>(sizeof(float));
+}
+
+template <int D, bool IsCausal>
+__global__ void __launch_bounds__(kThreads) flash_fp32_fwd_kernel(const FlashParams p) {
+  extern __shared__ float smem[];
+  float* Qs = smem;                     // kOuter x (D + 1)
+  float* Ks = Qs + kOuter * padded(D);  // kInner x (D + 1)
+  float* Vs = Ks + kInner * padded(D);  // kInner x (D + 1)
+  float* Ps = Vs + kInner * padded(D);  // kOuter x kScoreStride: this tile's probabilities
+
+  const Head head(p);
+  const int m0 = blockIdx.y * kOuter;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+
+  load_rows<D>(Qs, head.q, p.q_row_stride, m0, kOuter, p.seqlen_q);
+
+  float acc[kRowsPerThread][D / 16] = {};
+  float m[kRowsPerThread], l[kRowsPerThread];  // running max and sum of each owned row
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) m[r] = -INFINITY, l[r] = 0.f;
+
+  // Causal: keys past the block's last query row are masked for every row, so they are not visited.
+  const int k_end = IsCausal ? min(p.seqlen_k, m0 + kOuter) : p.seqlen_k;
+  for (int n0 = 0; n0 < k_end; n0 += kInner) {
+    load_rows<D>(Ks, head.k, p.k_row_stride, n0, kInner, p.seqlen_k);
+    load_rows<D>(Vs, head.v, p.v_row_stride, n0, kInner, p.seqlen_k);
+    __syncthreads();  // Q (first pass), K and V in shared memory
+
+    float s[kRowsPerThread][kScoreCols] = {};
+    score_tile<D>(s, Qs, Ks);
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int row = m0 + ty * kRowsPerThread + r;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kScoreCols; ++c) {
+        const int col = n0 + tx + 16 * c;
+        const bool visible = col < p.seqlen_k && (!IsCausal || col <= row);
+        s[r][c] = visible ? s[r][c] * p.scale : -INFINITY;
+        mx = fmaxf(mx, s[r][c]);
+      }
+      const float m_new = fmaxf(m[r], row_max(mx));
+      // A row that has seen only masked keys keeps m = -inf: subtract 0 so exp gives 0, not NaN.
+      const float m_safe = m_new == -INFINITY ? 0.f : m_new;
+      const float correction = expf(m[r] - m_safe);  // 0 on the first visible tile (m = -inf)
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < kScoreCols; ++c) {
+        s[r][c] = expf(s[r][c] - m_safe);  // masked: exp(-inf) = 0
+        sum += s[r][c];
+      }
+      l[r] = l[r] * correction + row_sum(sum);
+      m[r] = m_new;
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) acc[r][c] *= correction;
+    }
+    store_scores(Ps, s);
+    __syncthreads();  // P complete
+    output_tile<D>(acc, Ps, Vs);
+    __syncthreads();  // K, V, P read by every thread before the next tile overwrites them
+  }
+
+  // Every row below seqlen_q saw key 0 (causal: key 0 <= row), so l > 0 there.
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int row = m0 + ty * kRowsPerThread + r;
+    const float inv = row < p.seqlen_q ? 1.f / l[r] : 0.f;
+#pragma unroll
+    for (int c = 0; c < D / 16; ++c) acc[r][c] *= inv;
+    if (row < p.seqlen_q && tx == 0) head.lse[row] = m[r] + logf(l[r]);
+  }
+  store_output<D>(head.o, p.o_row_stride, m0, p.seqlen_q, acc, 1.f);
+}
+
+template <int D>
+void run_fwd(const FlashParams& p, cudaStream_t stream) {
+  const int m_blocks = (p.seqlen_q + kOuter - 1) / kOuter;
+  if (p.is_causal)
+    launch(flash_fp32_fwd_kernel<D, true>, p, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
+  else
+    launch(flash_fp32_fwd_kernel<D, false>, p, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
+}
+
+}  // namespace flash_fp32
+
+bool flash_fp32_supported(int head_dim) {
+  for (int d : flash_fp32::kHeadDims)
+    if (d == head_dim) return true;
+  return false;
+}
+
+void run_flash_fp32_fwd(const FlashParams& p, void* stream) {
+  flash_fp32::with_head_dim(p.head_dim, "run_flash_fp32_fwd",
+                            [&](auto d) { flash_fp32::run_fwd<decltype(d)::value>(p, static_cast<cudaStream_t>(stream)); });
+}
+
+}  // namespace lmscale::kernels
