@@ -42,7 +42,7 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
       const auto& s = row.config.setup;
       std::cerr << s.model.name << " context " << s.context << ": " << row.change << " ..." << std::flush;
       E2EResult r = run_e2e(row.config);
-      std::cerr << " " << (r.status == "ok" ? fmt(r.total.mean, 2) + " ms" : r.status) << "\n";
+      std::cerr << " " << (r.status == Status::ok ? fmt(r.total.mean, 2) + " ms" : to_string(r.status)) << "\n";
       for (auto& j : e2e_records(row.config, r, "lmscale")) {
         j["bench"] = "e2e_ablate";
         j["change"] = row.change;
@@ -54,9 +54,9 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
                                 {"rope_kernel", s.parts.rope_kernel}};
         records.push_back(j);
       }
-      const bool ok = r.status == "ok";
+      const bool ok = r.status == Status::ok;
       table.add_row({s.model.name, std::to_string(s.context), dtype_name(s.precision), row.change,
-                     ok ? fmt(r.total.mean) : r.status,
+                     ok ? fmt(r.total.mean) : to_string(r.status),
                      ok && previous > 0 ? fmt(previous / r.total.mean) + "×" : "-",
                      ok && r.mfu > 0 ? fmt(100 * r.mfu, 1) + " %" : "-", ok ? fmt_bytes(r.peak_bytes) : "-",
                      r.cuda_graph_note.empty() ? "" : r.cuda_graph_note});

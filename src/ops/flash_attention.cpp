@@ -290,7 +290,7 @@ at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, con
 std::string flash_build_info() {
 #ifdef LMSCALE_HAS_KERNELS
   std::string fp32_dims;
-  for (int d : kSupportedHeadDims)
+  for (int d = 1; d <= 256; ++d)  // the fp32 kernels' own list decides (flash_fp32.h)
     if (kernels::flash_supported(kernels::FlashDtype::kFP32, d)) fp32_dims += (fp32_dims.empty() ? "" : ", ") + std::to_string(d);
   return "cuda_kernels=" + kernels::flash_supported_list() + "; fp32 (SIMT) x head_dim {" + fp32_dims + "}";
 #else

@@ -23,8 +23,15 @@ namespace {
 // graph's private pool; CUDAGraph's own destructor releases that pool only after a successful
 // capture_end. End both here so the eager step can take the memory back.
 void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& stream, c10::DeviceIndex dev) {
+  // A forbidden call inside the capture (a device synchronize, seen on an H100 with
+  // LMSCALE_INJECT_CAPTURE_SYNC) invalidates it and leaves its error pending; the query below may then
+  // report that error instead of the status. Clear it first, and end the capture whenever the stream
+  // is, or may still be, capturing: every later launch on it otherwise fails with "operation not
+  // permitted when stream is capturing" (the eager fallback and every later config did).
+  (void)cudaGetLastError();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+  const cudaError_t queried = cudaStreamIsCapturing(stream.stream(), &status);
+  if (queried != cudaSuccess || status != cudaStreamCaptureStatusNone) {
     c10::cuda::CUDACachingAllocator::endAllocateToPool(dev, graph.pool());
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(stream.stream(), &partial);  // reports the invalidation; the graph is discarded
