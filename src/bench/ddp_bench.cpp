@@ -24,7 +24,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "bench/dist_records.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
@@ -148,10 +148,11 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   std::vector<Json> records;
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
                     const char* metric, double value, const char* unit) {
-    Json config{{"size", o.size},       {"precision", prec},     {"batch", o.batch},
-                {"context", o.context}, {"world", g.world_size}, {"backend", backend}};
-    if (c && c->impl == "bucketed") config["bucket_mb"] = c->bucket_mb;
-    if (n_buckets >= 0) config["n_buckets"] = n_buckets;
+    Json config{{field::size, o.size},       {field::precision, prec},     {field::batch, o.batch},
+                {field::context, o.context}, {field::world, g.world_size}, {field::backend, backend},
+                {field::device, device_name(g.device)}};
+    if (c && c->impl == "bucketed") config[field::bucket_mb] = c->bucket_mb;
+    if (n_buckets >= 0) config[field::n_buckets] = n_buckets;
     records.push_back(metric_record("ddp", impl, config, metric, value, unit));
   };
 
@@ -215,17 +216,17 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                      fmt(t.exposed_ms), fmt(100 * t.exposed_ms / t.step_ms, 1) + "%",
                      std::isnan(vs_single) ? "-" : (vs_single >= 0 ? "+" : "") + fmt(vs_single, 1) + "%",
                      (c.impl == "bucketed" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
-      record(impl, prec, &c, n_b, "step_time", t.step_ms, "ms");
-      record(impl, prec, &c, n_b, "fwd_bwd_time", t.fwd_bwd_ms, "ms");
-      record(impl, prec, &c, n_b, "exposed_comm_time", t.exposed_ms, "ms");
-      record(impl, prec, &c, n_b, "optimizer_time", t.optimizer_ms, "ms");
+      record(impl, prec, &c, n_b, "step_ms", t.step_ms, "ms");
+      record(impl, prec, &c, n_b, "fwd_bwd_ms", t.fwd_bwd_ms, "ms");
+      record(impl, prec, &c, n_b, "exposed_comm_ms", t.exposed_ms, "ms");
+      record(impl, prec, &c, n_b, "optimizer_ms", t.optimizer_ms, "ms");
       if (!std::isnan(vs_single)) record(impl, prec, &c, n_b, "overhead_vs_single", vs_single, "%");
-      if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead", model_ms, "ms");
+      if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead_ms", model_ms, "ms");
     }
     const double pred = best_bucket_bytes(s_bytes, w, o_s) / (1 << 20);
     record("overhead-model", prec, nullptr, -1, "per_call_overhead", o_s * 1e6, "us");
     record("overhead-model", prec, nullptr, -1, "allreduce_bandwidth", w / 1e9, "GB/s");
-    record("overhead-model", prec, nullptr, -1, "gradient_bytes", s_bytes, "B");
+    record("overhead-model", prec, nullptr, -1, "gradient_bytes", s_bytes, "bytes");
     record("overhead-model", prec, nullptr, -1, "predicted_best_bucket", pred, "MB");
     if (!std::isnan(best_mb)) record("overhead-model", prec, nullptr, -1, "measured_best_bucket", best_mb, "MB");
     table.add_row({prec, "model: o=" + fmt(o_s * 1e6, 1) + "us w=" + fmt(w / 1e9, 1) + "GB/s s=" + fmt_bytes(s_bytes),

@@ -102,7 +102,7 @@ TEST(TorchBaselineScript, BatchModeAnswersEveryConfigInOneProcessAndSurvivesOom)
     EXPECT_EQ(j["id"], i) << j.dump();  // one line per config, in order, as each finishes
     if (i == 0) {
       EXPECT_EQ(j["status"], "oom") << j.dump();
-      EXPECT_NE(j["message"].get<std::string>().find("injected"), std::string::npos) << j.dump();
+      EXPECT_NE(j["reason"].get<std::string>().find("injected"), std::string::npos) << j.dump();
       continue;
     }
     ASSERT_EQ(j["status"], "ok") << j.dump();
@@ -229,7 +229,7 @@ TEST(BenchCompare, MissingPythonGivesErrorCellsNotACrash) {
   for (const auto& j : read_jsonl(dir + "/e2e.jsonl"))
     if (j["impl"] == "torch-eager") {
       EXPECT_EQ(j["status"], "error") << j.dump();
-      EXPECT_NE(j["message"].get<std::string>().find("gave no result"), std::string::npos) << j.dump();
+      EXPECT_NE(j["reason"].get<std::string>().find("gave no result"), std::string::npos) << j.dump();
       ++errors;
     }
   EXPECT_EQ(errors, 1);
