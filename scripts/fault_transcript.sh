@@ -22,7 +22,7 @@ lmscale() { "$BIN" "$@"; }
 # Prints a command as typed (the temp folder as $T), runs it, prints its output and exit status.
 run() {
   echo '```'
-  echo "\$ $*" | sed -e "s|$T|\$T|g" -e "s|$ROOT/||g"
+  { printf '$'; printf ' %q' "$@"; echo; } | sed -e "s|$T|\$T|g" -e "s|$ROOT/||g"
   "$@" 2>&1 | sed -e "s|$T|\$T|g" -e "s|$ROOT/||g"
   echo "[exit status ${PIPESTATUS[0]}]"
   echo '```'

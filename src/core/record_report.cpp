@@ -112,7 +112,8 @@ ReportSummary write_report(const ReportOptions& o) {
         for (auto& r : read_records(p.string(), &stats)) added += m.add(std::move(r));
         m.added += added;
         s.new_records += added;
-        std::cout << p.string() << ": " << added << " new records → " << (out / p.filename()).string() << "\n";
+        std::cout << p.string() << ": " << added << " new records"
+                  << (added ? " → " + (out / p.filename()).string() : std::string()) << "\n";
       } else if (is_artifact(p)) {
         // From a sub-folder, the folder names become a prefix: baselines/x.json does not overwrite x.json.
         std::string rel = fs::relative(p, in).string();
@@ -132,8 +133,9 @@ ReportSummary write_report(const ReportOptions& o) {
     if (m.records.empty()) continue;
     const std::string table = stem + ".md";
     write_text((out / table).string(),
-               "# " + stem + "\n\n" + records_table(stem, m.records) + "\n_Rebuilt by `lmscale report` from " + stem +
-                   ".jsonl; do not edit by hand._\n");
+               "# " + stem + "\n\n" + records_table("The records of " + stem + ".jsonl", m.records) +
+                   "\n_Rebuilt by `lmscale report` from " + stem + ".jsonl; do not edit by hand. Fields not shown "
+                   "(the model's shape, baseline details, per-step times) are in the records._\n");
     s.tables.push_back(table);
   }
   for (const auto& e : fs::directory_iterator(out))

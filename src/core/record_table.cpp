@@ -19,6 +19,18 @@ const std::set<std::string>& per_metric_fields() {
   return s;
 }
 
+// Fields that stay in the records but would only widen the table: the PyTorch baselines' protocol
+// details, and the model's shape where its size names it.
+const std::set<std::string>& detail_fields() {
+  static const std::set<std::string> s{"wall_s",           "compile_s",      "graphs_compiled", "compiled_in_timed_steps",
+                                       "warmup_steps_run", "dynamic_shapes", "compile_scope",   "torch_attention"};
+  return s;
+}
+const std::set<std::string>& shape_fields() {
+  static const std::set<std::string> s{field::d_model, field::d_ff, field::layers, field::vocab, field::params};
+  return s;
+}
+
 // The provenance of a run; rows point at the list of runs instead of repeating it.
 const std::vector<std::string>& run_fields() {
   static const std::vector<std::string> v{field::gpu, field::commit, field::date, field::command};
@@ -97,7 +109,7 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     for (auto it = r.begin(); it != r.end(); ++it) {
       const std::string& k = it.key();
       if (per_metric_fields().count(k) || std::count(run_fields().begin(), run_fields().end(), k) ||
-          !is_scalar(it.value()))
+          !is_scalar(it.value()) || detail_fields().count(k) || (shape_fields().count(k) && r.contains(field::size)))
         continue;
       config[k] = it.value();
       if (seen_field.insert(k).second) fields.push_back(k);
@@ -108,7 +120,8 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     Row& row = rows[pos->second];
     const std::string metric = r.value(field::metric, "?");
     const std::string status = r.value(field::status, "ok");
-    if (metric != kStatusMetric) {
+    const bool listable = !r.contains(field::value) || r[field::value].is_primitive();  // not every step's time
+    if (metric != kStatusMetric && listable) {
       if (seen_metric.insert(metric).second) metrics.push_back(metric);
       row.metrics[metric] = r;
     }

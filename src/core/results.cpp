@@ -171,35 +171,36 @@ void append_jsonl(const std::string& path, const std::vector<Json>& records) {
   if (::close(fd) != 0) fail_write(path, errno, "the records may not have reached the disk");
 }
 
-std::vector<Json> read_jsonl(const std::string& path) {
+namespace {
+
+// Calls fn(line, line number) for every non-blank line of a .jsonl file; a missing file throws.
+template <typename Fn>
+void for_each_line(const std::string& path, Fn fn) {
   std::ifstream f(path);
   TORCH_CHECK(f, "cannot read ", path, ": no such file (run the benchmark first, or check --in)");
-  std::vector<Json> out;
   std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      out.push_back(Json::parse(line));
-    } catch (const std::exception& e) {
-      TORCH_CHECK(false, path, ":", n, " is not valid JSON (", e.what(), "); fix or delete that line");
-    }
-  }
+  size_t n = 0;
+  while (std::getline(f, line))
+    if (++n, line.find_first_not_of(" \t\r") != std::string::npos) fn(line, n);
+}
+
+}  // namespace
+
+std::vector<Json> read_jsonl(const std::string& path) {
+  std::vector<Json> out;
+  for_each_line(path, [&](const std::string& line, size_t n) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    TORCH_CHECK(!j.is_discarded(), path, ":", n, " is not valid JSON; fix or delete that line");
+    out.push_back(std::move(j));
+  });
   return out;
 }
 
 std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::ostream* warnings) {
-  std::ifstream f(path);
-  TORCH_CHECK(f, "cannot read ", path, ": no such file (run the benchmark first, or check --in)");
   std::ostream& warn = warnings ? *warnings : std::cerr;
   ReadStats local;
   std::vector<Json> out;
-  std::string line;
-  size_t n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for_each_line(path, [&](const std::string& line, size_t n) {
     Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     std::string why;
     if (j.is_discarded())
@@ -211,12 +212,12 @@ std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::o
     if (!why.empty()) {
       warn << "warning: " << path << ":" << n << ": " << why << "; line skipped\n";
       ++local.skipped;
-      continue;
+      return;
     }
     if (j.contains("schema") && j["schema"].is_number_integer() && j["schema"].get<int64_t>() > kSchemaVersion)
       ++local.newer;
     out.push_back(normalize_record(std::move(j)));
-  }
+  });
   local.records = out.size();
   if (stats) {
     stats->records += local.records;

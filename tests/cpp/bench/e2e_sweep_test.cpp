@@ -102,7 +102,7 @@ TEST(TorchBaselineScript, BatchModeAnswersEveryConfigInOneProcessAndSurvivesOom)
     EXPECT_EQ(j["id"], i) << j.dump();  // one line per config, in order, as each finishes
     if (i == 0) {
       EXPECT_EQ(j["status"], "oom") << j.dump();
-      EXPECT_NE(j["reason"].get<std::string>().find("injected"), std::string::npos) << j.dump();
+      EXPECT_NE(j["message"].get<std::string>().find("injected"), std::string::npos) << j.dump();
       continue;
     }
     ASSERT_EQ(j["status"], "ok") << j.dump();

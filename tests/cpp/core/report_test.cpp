@@ -17,14 +17,8 @@ namespace lmscale {
 namespace {
 
 using testing::run_cli_argv;
+using testing::read_text;
 using testing::temp_dir;
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -91,7 +85,7 @@ TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
   const std::string out = root + "/out";
   auto r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/run2", "--out", out, "--no-plots"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string ddp = slurp(out + "/ddp.md");
+  const std::string ddp = read_text(out + "/ddp.md");
   EXPECT_EQ(ddp.find("COPIED"), std::string::npos) << "a run's table was copied:\n" << ddp;
   EXPECT_NE(ddp.find("GPU-A"), std::string::npos) << ddp;
   EXPECT_NE(ddp.find("GPU-B"), std::string::npos) << ddp;
@@ -105,7 +99,7 @@ TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
   EXPECT_NE(r.output.find(root + "/run2/attention.jsonl:2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(root + "/run2/garbage.jsonl:1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 damaged lines skipped"), std::string::npos) << r.output;
-  const std::string index = slurp(out + "/index.md");
+  const std::string index = read_text(out + "/index.md");
   EXPECT_NE(index.find("(ddp.md)"), std::string::npos) << index;
   EXPECT_NE(index.find("(attention.md)"), std::string::npos) << index;
 

@@ -19,14 +19,8 @@
 namespace lmscale {
 namespace {
 
+using testing::read_text;
 using testing::temp_dir;
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> out;
@@ -139,7 +133,7 @@ TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
   const auto lines = lines_of(path);
   EXPECT_EQ(lines.size(), 4u);  // 2 + 2 whole lines; the half line was cut off
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << "a partial line was left: " << l;
-  EXPECT_EQ(slurp(path).back(), '\n');
+  EXPECT_EQ(read_text(path).back(), '\n');
 }
 
 TEST(ResultsWriter, IoErrorIsNamed) {
@@ -166,12 +160,12 @@ TEST(ResultsWriter, TablesAreReplacedWholeOrNotAtAll) {
   set_write_hook([](int fd, const void* data, size_t size) -> long { return ::write(fd, data, size / 3); });
   EXPECT_THROW(write_text(path, "a new table that does not fit\n"), ResultWriteError);
   set_write_hook({});
-  EXPECT_EQ(slurp(path), "old table\n");
+  EXPECT_EQ(read_text(path), "old table\n");
   // No temporary file left behind.
   const auto ls = run_process({"ls", "-A", dir}, ProcessOptions{true});
   EXPECT_EQ(ls.output, "e2e.md\n");
   write_text(path, "new\n");
-  EXPECT_EQ(slurp(path), "new\n");
+  EXPECT_EQ(read_text(path), "new\n");
 }
 
 TEST(ResultsWriter, ConcurrentProcessesNeverInterleaveALine) {

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <vector>
 
@@ -85,6 +87,13 @@ std::string temp_dir(const std::string& tag) {
 bool remove_tree(const std::string& path) {
   auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : -1; };
   return nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 }  // namespace lmscale::testing

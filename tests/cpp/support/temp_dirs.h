@@ -14,4 +14,7 @@ std::string temp_dir(const std::string& tag);
 // binary, which crashes). Returns false when something could not be removed.
 bool remove_tree(const std::string& path);
 
+// The whole content of a file ("" when it cannot be read).
+std::string read_text(const std::string& path);
+
 }  // namespace lmscale::testing
