@@ -143,7 +143,10 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
   for (const auto& f : ordered) {
     std::set<std::string> values;
     for (const auto& row : rows) values.insert(row.config.contains(f) ? row.config[f].dump() : "");
-    (values.size() > 1 ? varying : constant).push_back(f);
+    if (values.size() > 1)
+      varying.push_back(f);
+    else if (f != field::bench)  // the file's name says it
+      constant.push_back(f);
   }
   bool any_failure = false, any_reason = false;
   for (const auto& row : rows) {
