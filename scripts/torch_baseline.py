@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline of lmscale's end-to-end benchmark: the same Transformer LM (REFERENCE §1) and the
+"""PyTorch baseline of lmscale's end-to-end benchmark: the same Transformer LM (docs/spec.md §1) and the
 same step (forward, backward, fused AdamW), in eager mode or under torch.compile, timed the same way
 (CUDA events per phase, one synchronize per step; forward mode runs under no_grad, as lmscale's does).
 

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_baseline import LM  # noqa: E402  (same architecture as lmscale's TransformerLM)
 
-# d_model, d_ff, layers, heads (REFERENCE §1)
+# d_model, d_ff, layers, heads (docs/spec.md §1)
 SIZES = {"tiny": (64, 256, 2, 4), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
          "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
 

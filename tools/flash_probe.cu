@@ -1,6 +1,6 @@
 // flash_probe: a standalone driver for the FlashAttention-2 kernels, with no ATen and no libtorch, so a
-// kernel change can be built here in seconds (scripts/build_flash_probe.sh) and carried to a GPU machine
-// as one small binary: no CMake build there, more device time for measuring.
+// kernel change can be built here (CMake target flash_probe; scripts/gpu/build_flash_probe.sh) and carried
+// to a GPU machine as one small binary: no CMake build there, more device time for measuring.
 //
 //   flash_probe check                      every backward variant vs an fp64 CPU reference (small sizes)
 //   flash_probe time [B H S D causal]      forward and each backward variant, CUDA-event median (ms)
@@ -25,7 +25,7 @@
 
 namespace lk = lmscale::kernels;
 using bf16 = __nv_bfloat16;
-// One head dim per binary (scripts/build_flash_probe.sh [head_dim]); 64 is the leaderboard's.
+// One head dim per binary (CMake targets flash_probe = 64, the leaderboard's, and flash_probe_d<D>).
 #ifndef LMSCALE_PROBE_HEAD_DIM
 #define LMSCALE_PROBE_HEAD_DIM 64
 #endif
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
       const Problem pr{arg(2, 1), arg(3, 16), arg(4, 16384), kD, arg(6, 1) != 0};
       if (arg(5, kD) != kD)
         throw std::runtime_error("this flash_probe is built for head dim " + std::to_string(kD) +
-                                 "; build another with scripts/build_flash_probe.sh <head_dim>");
+                                 "; build another with scripts/gpu/build_flash_probe.sh <head_dim>");
       return time(pr, arg(7, 20));
     }
     std::fprintf(stderr, "usage: flash_probe check | time [B H S D causal iters]\n");

@@ -58,7 +58,7 @@ PYBIND11_MODULE(_C, m) {
                        c10d::ProcessGroup& process_group, std::optional<double> bucket_size_mb) {
              distributed::DdpOptions options;
              // None: one all-reduce per parameter, launched by its hook as its gradient lands
-             // (REFERENCE §4's default); a number: buckets of at most that many MB.
+             // (docs/spec.md §4.2's default); a number: buckets of at most that many MB.
              options.strategy = bucket_size_mb ? distributed::DdpStrategy::Bucketed : distributed::DdpStrategy::Overlap;
              if (bucket_size_mb) options.bucket_mb = *bucket_size_mb;  // a negative one fails in the C++ DDP
              const c10::Device device = module_device(params, buffers);

@@ -1,7 +1,7 @@
 // `lmscale bench ddp`: time per training step of the LM under each DDP policy (naive, flat,
 // overlap, bucketed at several caps) against the same step on one device, the share of it spent
 // waiting for communication, Kineto traces showing the overlap, and the bucket-size overhead model
-// of REFERENCE §2 (Note [DDP overhead model] in ddp_bench.cpp) checked against the measured best.
+// of docs/spec.md §6.3 (Note [DDP overhead model] in ddp_bench.cpp) checked against the measured best.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-// End-to-end benchmark of the LM (REFERENCE §2 "End-to-end"): one config → per-phase timings
+// End-to-end benchmark of the LM (docs/spec.md §2.1): one config → per-phase timings
 // (forward, backward, optimizer; mean, std, median over timed steps after warm-up), tokens/s, MFU,
 // peak memory; an out-of-memory config becomes status "oom" instead of a crash. The sweep, table
 // and PyTorch baselines live in e2e_sweep.h.

@@ -464,7 +464,7 @@ std::string run_e2e_sweep(const E2ESweep& s) {
     const std::string& size = st.configs[lo].setup.model.name;
     for (hi = lo; hi < st.configs.size() && st.configs[hi].setup.model.name == size;) ++hi;
     // Wall time per impl for this size, printed when the size is done: what plans the next split of a
-    // sweep over time-limited calls (E2E_SIZES in scripts/gpu_check.sh).
+    // sweep over time-limited calls (E2E_SIZES in scripts/gpu/gpu_check.sh).
     std::string timing;
     auto clock_start = std::chrono::steady_clock::now();
     auto lap = [&](const std::string& impl) {

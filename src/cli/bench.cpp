@@ -44,7 +44,7 @@ void run(BenchArgs a) {
   const c10::Device device = resolve_device(a.device);
   const bool gpu = device.is_cuda();
   set_run_gpu(device_name(device));
-  // Defaults depend on the device: the GPU default is the config REFERENCE §5 compares against.
+  // Defaults depend on the device: the GPU default is the config docs/spec.md §5 compares against.
   if (a.all_sizes) a.sizes = size_names();
   if (a.sizes.empty()) a.sizes = {gpu ? "small" : "tiny"};
   if (a.contexts.empty()) a.contexts = {gpu ? 512 : 128};

@@ -1,4 +1,4 @@
-// `lmscale lab accumulation` and `lmscale lab autocast`: the mixed-precision lab of REFERENCE §2,
+// `lmscale lab accumulation` and `lmscale lab autocast`: the mixed-precision lab of docs/spec.md §2.3,
 // printed as tables and saved as <out>/lab.jsonl (bench "lab") plus one markdown file per experiment.
 // The experiments themselves live in bench/lab_precision.
 #include <torch/cuda.h>

@@ -1,7 +1,7 @@
 // Results are data: every measurement becomes one JSON object (one line of <out>/<bench>.jsonl)
 // carrying bench, impl, the config, metric/value/unit and the run's provenance (gpu, commit, date,
-// command); humans get a markdown table rendered from the same records. The fields and their
-// units: docs/results/SCHEMA.md (names in core/record.h).
+// command); humans get a markdown table rendered from the same records (docs/design.md §4). The
+// fields and their units: docs/results/SCHEMA.md (names in core/record.h).
 #pragma once
 #include <nlohmann/json.hpp>
 

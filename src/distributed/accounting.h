@@ -1,4 +1,4 @@
-// Parallelism accounting (REFERENCE §2, "XXL" model): bytes of FP32 training state vs BF16
+// Parallelism accounting (docs/spec.md §2.10, the "XXL" model): bytes of FP32 training state vs BF16
 // activations, per-device memory under FSDP and the device count that fits, and the per-device
 // batch at which an FSDP × TP forward pass becomes compute-bound (TPU Scaling Book model).
 // Pure arithmetic; `lmscale account` (src/cli/account.cpp) prints it.

@@ -1,4 +1,4 @@
-// Bucket assignment for DDP (the "assignment" piece of dist/; see STYLE.md): a pure function from
+// Bucket assignment for DDP (the "assignment" piece of docs/spec.md §6.2): a pure function from
 // tensor sizes, dtypes, devices and order to lists of tensor indices. No process group, no
 // autograd: marking and communication live in ddp.cpp.
 #pragma once

@@ -1,6 +1,6 @@
 // Data-parallel gradient synchronisation over any list of parameters (C++ modules, raw tensors):
 // broadcast from rank 0 at construction, then gradients averaged across ranks by one of four
-// policies. Keeps STYLE.md's three pieces apart: assignment (bucketing.h), marking (the
+// policies. Keeps the three pieces of docs/spec.md §6.2 apart: assignment (bucketing.h), marking (the
 // per-parameter post-accumulate-grad hook below) and communication (a CommHook on a GradBucket).
 // See Note [DDP policies] in ddp.cpp for how naive/flat/overlap/bucketed map onto those pieces.
 #pragma once

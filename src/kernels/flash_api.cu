@@ -1,6 +1,6 @@
 // Runtime dispatch of the FlashAttention-2 entry points (flash_params.h): dtype and head dim become
-// template arguments here, limited to the instantiations this build holds (CMake defines
-// LMSCALE_FA_HDIM<d> / LMSCALE_FA_<DTYPE> from LMSCALE_FA_HEADDIMS / LMSCALE_FA_DTYPES).
+// template arguments here, limited to the instantiations this build holds: the X-macro lists of
+// kernels/flash_variants.h, which CMake writes from LMSCALE_FA_HEADDIMS / LMSCALE_FA_DTYPES.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/flash_params.h"
+#include "kernels/flash_variants.h"
 
 namespace lmscale::kernels {
 
@@ -18,6 +19,18 @@ template <typename T, int D>
 void run_flash_bwd_(const FlashParams& p, cudaStream_t stream);
 
 namespace {
+
+// Element type of each FlashDtype, for the dtypes the build lists.
+template <FlashDtype>
+struct FlashElement;
+template <>
+struct FlashElement<FlashDtype::kBF16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct FlashElement<FlashDtype::kFP16> {
+  using type = __half;
+};
 
 // Calls Fn<T, D> for the built head dims; false when D was not built.
 template <typename T, bool Backward>
@@ -30,21 +43,7 @@ bool dispatch_head_dim(const FlashParams& p, cudaStream_t s) {
       run_flash_fwd_<T, D>(p, s);                  \
     return true;
   switch (p.head_dim) {
-#ifdef LMSCALE_FA_HDIM16
-    LMSCALE_FA_CASE(16)
-#endif
-#ifdef LMSCALE_FA_HDIM32
-    LMSCALE_FA_CASE(32)
-#endif
-#ifdef LMSCALE_FA_HDIM64
-    LMSCALE_FA_CASE(64)
-#endif
-#ifdef LMSCALE_FA_HDIM80
-    LMSCALE_FA_CASE(80)
-#endif
-#ifdef LMSCALE_FA_HDIM128
-    LMSCALE_FA_CASE(128)
-#endif
+    LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_CASE)
     default: return false;
   }
 #undef LMSCALE_FA_CASE
@@ -54,12 +53,11 @@ template <bool Backward>
 void dispatch(const FlashParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   bool ran = false;
-#ifdef LMSCALE_FA_BF16
-  if (p.dtype == FlashDtype::kBF16) ran = dispatch_head_dim<__nv_bfloat16, Backward>(p, s);
-#endif
-#ifdef LMSCALE_FA_FP16
-  if (p.dtype == FlashDtype::kFP16) ran = dispatch_head_dim<__half, Backward>(p, s);
-#endif
+#define LMSCALE_FA_DTYPE_CASE(name, NAME) \
+  if (p.dtype == FlashDtype::k##NAME)    \
+    ran = dispatch_head_dim<typename FlashElement<FlashDtype::k##NAME>::type, Backward>(p, s);
+  LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_DTYPE_CASE)
+#undef LMSCALE_FA_DTYPE_CASE
   if (!ran)
     throw std::runtime_error(std::string(Backward ? "run_flash_bwd" : "run_flash_fwd") + ": head_dim " +
                              std::to_string(p.head_dim) + " / dtype " +
@@ -67,37 +65,16 @@ void dispatch(const FlashParams& p, void* stream) {
                              " is not built; built: " + flash_supported_list());
 }
 
-constexpr int kAllHeadDims[] = {16, 32, 64, 80, 128};
-
 bool head_dim_built(int d) {
-  switch (d) {
-#ifdef LMSCALE_FA_HDIM16
-    case 16: return true;
-#endif
-#ifdef LMSCALE_FA_HDIM32
-    case 32: return true;
-#endif
-#ifdef LMSCALE_FA_HDIM64
-    case 64: return true;
-#endif
-#ifdef LMSCALE_FA_HDIM80
-    case 80: return true;
-#endif
-#ifdef LMSCALE_FA_HDIM128
-    case 128: return true;
-#endif
-    default: return false;
-  }
+#define LMSCALE_FA_HEAD_DIM_IS(D) || d == D
+  return false LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_HEAD_DIM_IS);
+#undef LMSCALE_FA_HEAD_DIM_IS
 }
 
 bool dtype_built(FlashDtype t) {
-#ifdef LMSCALE_FA_BF16
-  if (t == FlashDtype::kBF16) return true;
-#endif
-#ifdef LMSCALE_FA_FP16
-  if (t == FlashDtype::kFP16) return true;
-#endif
-  return false;
+#define LMSCALE_FA_DTYPE_IS(name, NAME) || t == FlashDtype::k##NAME
+  return false LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_DTYPE_IS);
+#undef LMSCALE_FA_DTYPE_IS
 }
 
 }  // namespace
@@ -106,10 +83,12 @@ bool flash_supported(FlashDtype dtype, int head_dim) { return dtype_built(dtype)
 
 std::string flash_supported_list() {
   std::string dtypes, dims;
-  if (dtype_built(FlashDtype::kBF16)) dtypes += "bf16";
-  if (dtype_built(FlashDtype::kFP16)) dtypes += dtypes.empty() ? "fp16" : "/fp16";
-  for (int d : kAllHeadDims)
-    if (head_dim_built(d)) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+#define LMSCALE_FA_DTYPE_NAME(name, NAME) dtypes += (dtypes.empty() ? "" : "/") + std::string(#name);
+  LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_DTYPE_NAME)
+#undef LMSCALE_FA_DTYPE_NAME
+#define LMSCALE_FA_HEAD_DIM_NAME(D) dims += (dims.empty() ? "" : ", ") + std::to_string(D);
+  LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_HEAD_DIM_NAME)
+#undef LMSCALE_FA_HEAD_DIM_NAME
   return (dtypes.empty() ? "none" : dtypes) + " x head_dim {" + dims + "}";
 }
 

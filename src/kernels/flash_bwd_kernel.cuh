@@ -1,4 +1,4 @@
-// FlashAttention-2 backward device code (REFERENCE §3, recomputation): a preprocess kernel (D = rowsum(dO ⊙ O),
+// FlashAttention-2 backward device code (docs/spec.md §3.2, recomputation): a preprocess kernel (D = rowsum(dO ⊙ O),
 // dQ accumulator zeroed), the main kernel (one block per 128-key tile: dK, dV in registers, dQ added
 // atomically in fp32), and a kernel that scales and casts the dQ accumulator. Launch choices live in
 // flash_bwd_launch.cuh.

@@ -1,4 +1,4 @@
-// FlashAttention-2 forward device code (REFERENCE §3): one block per (128-query tile, batch*head); each
+// FlashAttention-2 forward device code (docs/spec.md §3.1): one block per (128-query tile, batch*head); each
 // warp owns kMT x 16 query rows and keeps O, the running max m and the running sum l in registers while
 // it streams 64-key tiles of K and V through shared memory (kMT > 1 reuses each K/V fragment kMT times). Writes O (input dtype) and L = m + log l
 // (fp32). Grid, shared memory and traits are chosen in flash_fwd_launch.cuh.

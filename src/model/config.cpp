@@ -40,7 +40,7 @@ void ModelConfig::validate() const {
 }
 
 ModelConfig model_config(const std::string& size) {
-  // name → d_model, d_ff, layers, heads (REFERENCE §1). `tiny` keeps CPU tests fast.
+  // name → d_model, d_ff, layers, heads (docs/spec.md §1). `tiny` keeps CPU tests fast.
   struct Row { int64_t d, ff, L, H; };
   static const std::map<std::string, Row> table = {
       {"tiny", {64, 256, 2, 4}},       {"small", {768, 3072, 12, 12}}, {"medium", {1024, 4096, 24, 16}},

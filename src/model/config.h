@@ -1,4 +1,4 @@
-// Model hyperparameters as a plain struct, the named size table of REFERENCE §1 (small … 2.7B plus
+// Model hyperparameters as a plain struct, the named size table of docs/spec.md §1 (small … 2.7B plus
 // `tiny` for CPU tests), and the closed-form parameter count (no allocation, so 2.7B is cheap).
 #pragma once
 #include <cstdint>
@@ -31,6 +31,6 @@ struct ModelConfig {
 
 // small | medium | large | xl | 2.7B | tiny. Throws listing the known names otherwise.
 ModelConfig model_config(const std::string& size);
-std::vector<std::string> size_names();  // the five REFERENCE sizes, smallest first
+std::vector<std::string> size_names();  // the five sizes of docs/spec.md §1, smallest first
 
 }  // namespace lmscale

@@ -1,4 +1,4 @@
-// The Transformer's building blocks (REFERENCE §1): bias-free Linear, Embedding, RMSNorm (fp32
+// The Transformer's building blocks (docs/spec.md §1): bias-free Linear, Embedding, RMSNorm (fp32
 // inside), SwiGLU and interleaved-pair RoPE, with the specified initialisation. Attention lives in
 // attention.h, the stack of blocks in transformer.h. Shapes: B batch, T sequence, C model dim.
 #pragma once
@@ -27,7 +27,7 @@ class DeferInitGuard {
   bool prev_;
 };
 
-// (Re-)initialises every Linear, Embedding and RMSNorm inside `module` as REFERENCE §1 specifies,
+// (Re-)initialises every Linear, Embedding and RMSNorm inside `module` as docs/spec.md §1 specifies,
 // on whatever device the parameters live.
 void init_parameters(torch::nn::Module& module);
 

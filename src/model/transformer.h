@@ -1,4 +1,4 @@
-// The pre-norm decoder-only Transformer LM of REFERENCE §1: embedding → L × Block → RMSNorm → LM
+// The pre-norm decoder-only Transformer LM of docs/spec.md §1: embedding → L × Block → RMSNorm → LM
 // head (untied). Block: h = x + Attn(RMSNorm(x)); out = h + SwiGLU(RMSNorm(h)). Also the loss.
 // Knows nothing of distribution or timing.
 #pragma once

@@ -1,4 +1,4 @@
-// FlashAttention-2 ops (REFERENCE §3). Layout: q (..., Nq, D), k and v (..., Nk, D) with any number
+// FlashAttention-2 ops (docs/spec.md §3). Layout: q (..., Nq, D), k and v (..., Nk, D) with any number
 // of leading batch/head dims; O has q's shape and dtype, L (logsumexp) is fp32 of shape (..., Nq)
 // (fp64 for fp64 inputs, which only the reference serves). Causal requires Nq == Nk (query i sees keys
 // j <= i). CPU tensors run the tiled ATen reference (flash_reference.h); CUDA tensors run src/kernels/

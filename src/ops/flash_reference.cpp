@@ -1,5 +1,5 @@
 // Tiled FlashAttention-2 forward/backward in ATen; see flash_reference.h. Written as the algorithm of
-// REFERENCE §3 (online softmax over key tiles, recomputation in backward), not as one big softmax, so
+// docs/spec.md §3 (online softmax over key tiles, recomputation in backward), not as one big softmax, so
 // that it checks the algorithm the kernels implement and not merely the attention formula.
 //
 // Softmax runs in the log2 domain with exp2, as in the kernels. It also keeps MKL's vector math out of

@@ -1,4 +1,4 @@
-// The tiled FlashAttention-2 reference in plain ATen (REFERENCE §3): the CPU path of the lmscale ops and
+// The tiled FlashAttention-2 reference in plain ATen (docs/spec.md §3): the CPU path of the lmscale ops and
 // the numerical reference the CUDA kernels are tested against. Runs on any device; any number of
 // leading batch/head dims; fp16/bf16/fp32 compute in fp32, fp64 stays fp64. Inputs are assumed valid
 // (flash_attention.cpp checks them).

@@ -1,4 +1,4 @@
-// Mixed-precision lab (REFERENCE §2): (1) what the accumulator dtype does to a long sum of 0.01, and
+// Mixed-precision lab (docs/spec.md §2.3): (1) what the accumulator dtype does to a long sum of 0.01, and
 // (2) which dtype each tensor of a toy model ends up in under fp16 / bf16 autocast. Pure
 // experiments returning plain structs; the CLI (src/cli/lab.cpp) turns them into tables and JSONL.
 #pragma once

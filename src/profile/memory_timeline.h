@@ -45,7 +45,7 @@ struct MemoryTimeline {
 // baseline) but cannot be attributed.
 MemoryTimeline replay(const std::vector<AllocEvent>& events, int64_t baseline);
 
-// Bytes of one fp32 residual-stream activation, B·T·d·4 (REFERENCE §2 "Memory").
+// Bytes of one fp32 residual-stream activation, B·T·d·4 (docs/spec.md §2.4).
 int64_t residual_activation_bytes(int64_t batch, int64_t context, int64_t d_model);
 
 // The timeline as the small JSON that `python -m lmscale.plots memory` reads: at most `max_points` points

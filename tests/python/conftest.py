@@ -1,5 +1,5 @@
 """pytest set-up for the Python bindings: the `gpu` marker (skip without enough CUDA devices, or fail
-when LMSCALE_REQUIRE_GPU=1, as scripts/gpu_python.sh sets so that a GPU run cannot pass by skipping)."""
+when LMSCALE_REQUIRE_GPU=1, as scripts/gpu/gpu_python.sh sets so that a GPU run cannot pass by skipping)."""
 import os
 
 import pytest

@@ -1,4 +1,4 @@
-// The accounting calculator against hand-derived numbers for the XXL model of REFERENCE §2.
+// The accounting calculator against hand-derived numbers for the XXL model of docs/spec.md §2.10.
 #include <gtest/gtest.h>
 
 #include <cmath>

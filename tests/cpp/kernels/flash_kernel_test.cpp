@@ -19,11 +19,14 @@
 
 #include "kernels/flash_params.h"
 #endif
+#include "kernels/flash_variants.h"
 
 namespace lmscale {
 namespace {
 
-constexpr int kHeadDims[] = {16, 32, 64, 80, 128};
+#define LMSCALE_FA_LIST_ITEM(D) D,
+constexpr int kHeadDims[] = {LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_LIST_ITEM)};  // the built list
+#undef LMSCALE_FA_LIST_ITEM
 constexpr int kSeqLens[] = {1, 97, 257, 1025};
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {

@@ -1,4 +1,4 @@
-// Parameter counts of the five REFERENCE sizes (closed form, nothing allocated) and config checks.
+// Parameter counts of the five sizes of docs/spec.md §1 (closed form, nothing allocated) and config checks.
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -7,7 +7,7 @@
 namespace lmscale {
 
 TEST(ModelConfig, ParameterCountsMatchReferenceTable) {
-  // REFERENCE §1, in millions with one decimal.
+  // docs/spec.md §1, in millions with one decimal.
   const std::vector<std::pair<std::string, double>> expected = {
       {"small", 128.6}, {"medium", 423.2}, {"large", 969.4}, {"xl", 1998.2}, {"2.7B", 3406.8}};
   for (const auto& [name, millions] : expected) {

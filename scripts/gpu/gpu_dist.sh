@@ -3,13 +3,13 @@
 # DDP on the same model), `bench comm` (NCCL, then Gloo), `bench zero`. Results (JSONL, MD), logs
 # and gzipped Perfetto traces land in $OUT as at most 8 files. Run through the device tool on
 # nvidia-h200-x2 from a source tree (the repo, or a clean snapshot of it), e.g.
-#   LMSCALE_COMMIT=abc1234 bash scripts/gpu_dist.sh build tests ddp torch comm zero
+#   LMSCALE_COMMIT=abc1234 bash scripts/gpu/gpu_dist.sh build tests ddp torch comm zero
 # Phases run in the order given and each is cut off at DEADLINE_S seconds after the start (default
 # 440), so the results of the finished ones always come back. BUILD_TARGETS limits the build.
 # NPROC (default 2) sets the number of processes, one GPU each (4 or 8 on the larger kinds; issues 6, 7).
 # Benchmarks run inside $OUT/res with relative --out folders, so recorded commands name no machine path.
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 RES=$OUT/res
 mkdir -p "$RES" "$OUT/logs"

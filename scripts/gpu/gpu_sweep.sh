@@ -5,8 +5,8 @@
 # most N seconds and sends back what it has. One invocation means every ratio in the table is
 # measured in one run, on one machine: none is marked † (docs/bench_compare.md).
 #
-#   scripts/gpu_sweep.sh OUT start [SIZES]   build first (gpu_check.sh OUT build); SIZES default all five
-#   scripts/gpu_sweep.sh OUT wait [SECONDS]  follow the running sweep (default 560 s); rc 0 once it ended
+#   scripts/gpu/gpu_sweep.sh OUT start [SIZES]   build first (gpu_check.sh OUT build); SIZES default all five
+#   scripts/gpu/gpu_sweep.sh OUT wait [SECONDS]  follow the running sweep (default 560 s); rc 0 once it ended
 #
 # A machine given back mid-sweep loses the process. To go on from a fresh machine, unpack the last
 # results.tgz into .gpu-carry/ here, carry it, and `start` again: it copies those results in, drops

@@ -4,7 +4,7 @@
 # from the repo root, as the device tool runs commands there), and cds into ROOT, so
 # every script resolves its paths the same way whatever folder it was started from.
 OUT=${1:?usage: $0 OUT}
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

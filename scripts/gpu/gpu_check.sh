@@ -3,7 +3,7 @@
 # included), then a short end-to-end benchmark; everything lands in OUT as one tarball (the device
 # tool returns at most 8 files) plus summary.txt. Stages are separate so a time limit loses little.
 #
-#   scripts/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table e2e-compare warmup baselines
+#   scripts/gpu/gpu_check.sh OUT [stage ...]     stages: build tests bench e2e-table e2e-compare warmup baselines
 #                                            graph flash-e2e profile memory lab attention (default: build tests bench)
 #
 # e2e-compare: the full e2e table (5 sizes × context 128-1024 × fp32/bf16 × 3 modes) with PyTorch eager
@@ -12,7 +12,7 @@
 # the stage again continues where it stopped (--resume).
 # E2E_WARMUP / E2E_STEPS (default 2 / 5) change the steps. The sweep goes size by size (lmscale, then
 # each baseline), and a ratio across two invocations is marked † in the table. The whole table takes
-# about 24 minutes on an H100: scripts/gpu_sweep.sh runs it as one invocation across device calls.
+# about 24 minutes on an H100: scripts/gpu/gpu_sweep.sh runs it as one invocation across device calls.
 # Run from the repo root; carry .deps (scripts/bundle_deps.sh makes it). LMSCALE_COMMIT names the
 # commit in every record (the GPU machine gets no .git).
 set -uo pipefail

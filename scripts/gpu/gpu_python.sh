@@ -4,7 +4,7 @@
 # fail rather than skip when GPUs are missing (LMSCALE_REQUIRE_GPU=1, but 2-GPU tests on a 1-GPU
 # machine only skip). Writes OUT/python_gpu.log, OUT/python_gpu.xml (JUnit) and OUT/summary.txt.
 #
-#   ./lmscale build && scripts/gpu_python.sh OUT          (from the repo root; no network needed)
+#   ./lmscale build && scripts/gpu/gpu_python.sh OUT          (from the repo root; no network needed)
 #
 # Expects an existing build (LMSCALE_BUILD_DIR, default build/) with liblmscale.so and lmscale._C,
 # and the interpreter that has torch 2.11 (LMSCALE_PYTHON, default python3). pytest must be

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Kernel iteration on a GPU machine without a CMake build: runs the prebuilt tools/flash_probe
-# (scripts/build_flash_probe.sh; carry build-probe) — correctness of every backward variant against an
+# (scripts/gpu/build_flash_probe.sh; carry build-probe) — correctness of every backward variant against an
 # fp64 CPU reference, timings on the leaderboard shape and a smaller one (head dim 64, plus any
-# build-probe/flash_probe_d<D>), and an Nsight Compute report of chosen kernels. Usage: scripts/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]
+# build-probe/flash_probe_d<D>), and an Nsight Compute report of chosen kernels. Usage: scripts/gpu/gpu_flash_probe.sh OUT [ncu-kernel-regex ...]
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 shift
@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/probe.tx
 for shape in "1 16 16384 64 1" "1 16 16384 64 0" "4 16 4096 64 1" "1 1 4096 64 1"; do
   "$P" time $shape 20 >>"$OUT/probe.txt" 2>&1
 done
-# Other head dims, if built (scripts/build_flash_probe.sh 128): check, then the leaderboard shape.
+# Other head dims, if built (scripts/gpu/build_flash_probe.sh 128): check, then the leaderboard shape.
 for Pd in build-probe/flash_probe_d*; do
   [[ -x $Pd ]] || continue
   d=${Pd##*_d}

@@ -4,13 +4,13 @@
 # build.log, tests.log, sanitizer.log, bench.log, lb/attention.{jsonl,md} (leaderboard) and
 # attention.{jsonl,md} (the grid given by the extra arguments).
 #
-#   LMSCALE_COMMIT=<sha> bash scripts/gpu_flash.sh [all|test|bench] [extra `bench attention` args...]
+#   LMSCALE_COMMIT=<sha> bash scripts/gpu/gpu_flash.sh [all|test|bench] [extra `bench attention` args...]
 #
 # Environment: OUT (default /tmp/flash_out), LMSCALE_BUILD_DIR (default build-gpu), LMSCALE_CMAKE_ARGS
 # (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" for a quick build). Benchmarks run inside
 # $OUT with relative --out folders, so the recorded commands name no machine's paths.
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-/tmp/flash_out}
 STAGE=${1:-all}
 shift || true
@@ -52,7 +52,7 @@ if [[ $STAGE == all || $STAGE == bench ]]; then
   # The leaderboard shape at head dim 128 (the issue asks for it beside d = 64).
   (cd "$OUT" && "$B/lmscale" bench attention --seq 16384 --head-dim 128 --heads 16 --dtype bf16 --iters 20 \
     --out lb128) >>"$OUT/bench.log" 2>&1
-  # Plain-attention sweep (REFERENCE §2): where the T x T scores run out of memory.
+  # Plain-attention sweep (docs/spec.md §2.5): where the T x T scores run out of memory.
   (cd "$OUT" && "$B/lmscale" bench attention --sweep --out sweep) >>"$OUT/bench.log" 2>&1
   if (($# > 0)); then
     (cd "$OUT" && "$B/lmscale" bench attention "$@" --out .) >>"$OUT/bench.log" 2>&1
