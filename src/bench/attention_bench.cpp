@@ -16,6 +16,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "core/stats.h"
 #include "core/timer.h"
@@ -185,27 +186,17 @@ Cell time_cell(const Config& cfg, const std::string& impl, const c10::Device& de
 }
 
 std::vector<Json> cell_records(const std::string& mode, const Config& cfg, const std::string& impl, const Cell& c) {
-  auto base = make_record("attention", impl);
-  base["mode"] = mode;
-  base["batch"] = cfg.batch;
-  base["heads"] = cfg.heads;
-  base["seq"] = cfg.seq;
-  base["head_dim"] = cfg.head_dim;
-  base["dtype"] = cfg.dtype;
-  base["causal"] = cfg.causal;
+  Record base("attention", impl);
+  base.update(Json{{field::mode, mode},           {field::batch, cfg.batch},     {field::heads, cfg.heads},
+                   {field::context, cfg.seq},     {field::head_dim, cfg.head_dim}, {field::precision, cfg.dtype},
+                   {field::causal, cfg.causal}});
+  base.set_status(c.status, c.error);
   std::vector<Json> out;
   auto add = [&](const std::string& metric, double value, const std::string& unit) {
-    auto r = base;
-    r["metric"] = metric;
-    r["unit"] = unit;
-    if (c.status == "ok" && !std::isnan(value))
-      r["value"] = value;
-    else {
-      r["value"] = nullptr;
-      r["status"] = c.status;
-      if (!c.error.empty()) r["error"] = c.error;
-    }
-    out.push_back(r);
+    if (base.status() != Status::ok) return out.push_back(base.metric(metric, nullptr, unit));
+    if (!std::isnan(value)) return out.push_back(base.metric(metric, value, unit));
+    Record not_measured = base;  // e.g. no backward in this mode
+    out.push_back(not_measured.set_status(Status::skipped, "not measured in this mode").metric(metric, nullptr, unit));
   };
   const double flops = attention_fwd_flops(cfg.batch, std::max<int64_t>(cfg.heads, 1), cfg.seq, cfg.head_dim, cfg.causal);
   add("fwd_ms", c.fwd, "ms");
@@ -239,18 +230,12 @@ std::vector<T> or_default(const std::vector<T>& v, std::vector<T> d) {
 Json memory_accounting(const Config& cfg, int64_t elem) {
   const double bsd = static_cast<double>(cfg.batch) * std::max<int64_t>(cfg.heads, 1) * cfg.seq * cfg.head_dim * elem;
   const double bss = static_cast<double>(cfg.batch) * std::max<int64_t>(cfg.heads, 1) * cfg.seq * cfg.seq * elem;
-  Json j = make_record("attention", "torch-naive");
-  j["mode"] = "sweep";
-  j["metric"] = "memory_accounting";
-  j["seq"] = cfg.seq;
-  j["head_dim"] = cfg.head_dim;
-  j["batch"] = cfg.batch;
-  j["dtype"] = cfg.dtype;
-  j["qkvo_bytes"] = 4 * bsd;
-  j["saved_scores_probs_bytes"] = (cfg.causal ? 3 : 2) * bss;
-  j["backward_extra_bytes"] = 2 * bss;
-  j["value"] = 4 * bsd + (cfg.causal ? 3 : 2) * bss + 2 * bss;
-  j["unit"] = "bytes";
+  Record r("attention", "torch-naive");
+  r.update(Json{{field::mode, "sweep"},           {field::context, cfg.seq},   {field::head_dim, cfg.head_dim},
+                {field::batch, cfg.batch},        {field::precision, cfg.dtype},
+                {"qkvo_bytes", 4 * bsd},          {"saved_scores_probs_bytes", (cfg.causal ? 3 : 2) * bss},
+                {"backward_extra_bytes", 2 * bss}});
+  Json j = r.metric("memory_accounting", 4 * bsd + (cfg.causal ? 3 : 2) * bss + 2 * bss, "bytes");
   return j;
 }
 

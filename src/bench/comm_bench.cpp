@@ -16,7 +16,7 @@
 #include <iostream>
 
 #include "core/device.h"
-#include "bench/dist_records.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "distributed/process_group.h"
 
@@ -108,11 +108,12 @@ std::string run_comm_bench(const CommBenchOptions& o) {
         if (lead) std::cerr << " " << fmt(t * 1e3, 3) << " ms, busbw " << fmt(busbw) << " GB/s (" << n << " iters)\n";
         table.add_row({backend, op, std::to_string(g.world_size), fmt_bytes(payload), fmt(t * 1e3, 3), fmt(algbw),
                        fmt(busbw)});
-        const Json config{{"backend", backend}, {"op", op}, {"world", g.world_size}, {"size_bytes", payload},
-                          {"size_mb", mb}, {"dtype", "fp32"}, {"iters", n},
-                          {"device", g.device.is_cuda() ? device_name(g.device) : "cpu"}};
+        const Json config{{field::backend, backend}, {field::op, op},           {field::world, g.world_size},
+                          {field::size_bytes, payload}, {field::size_mb, mb},   {field::precision, "fp32"},
+                          {field::iters, n},
+                          {field::device, g.device.is_cuda() ? device_name(g.device) : "cpu"}};
         const std::string impl = "lmscale-c10d-" + backend;
-        records.push_back(metric_record("comm", impl, config, "time", t * 1e3, "ms"));
+        records.push_back(metric_record("comm", impl, config, "time_ms", t * 1e3, "ms"));
         records.push_back(metric_record("comm", impl, config, "algbw", algbw, "GB/s"));
         records.push_back(metric_record("comm", impl, config, "busbw", busbw, "GB/s"));
       }

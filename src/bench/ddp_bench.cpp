@@ -25,7 +25,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "bench/dist_records.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
@@ -210,14 +210,16 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                        "comm share", "vs single", "bwd slowdown", "sent/step", "peak mem", "model overhead (ms)"});
   std::vector<Json> records;
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
-                    const char* metric, double value, const char* unit) {
-    Json config{{"size", o.size},       {"precision", prec},     {"batch", o.batch},
-                {"context", o.context}, {"world", g.world_size}, {"backend", backend},
-                {"fused", true},        {"nccl", distributed::describe(nccl)}};
-    if (c && c->bucketed()) config["bucket_mb"] = c->bucket_mb;
-    if (c && c->bucketed() && o.first_bucket_mb >= 0) config["first_bucket_mb"] = o.first_bucket_mb;
-    if (c && c->impl != "single") config["comm_dtype"] = c->comm_dtype;
-    if (n_buckets >= 0) config["n_buckets"] = n_buckets;
+                    const char* metric, double value, const char* unit, const Json& extra = Json::object()) {
+    Json config{{field::size, o.size},       {field::precision, prec},     {field::batch, o.batch},
+                {field::context, o.context}, {field::world, g.world_size}, {field::backend, backend},
+                {field::device, device_name(g.device)},                 {field::fused, true},
+                {field::nccl, distributed::describe(nccl)}};
+    if (c && c->bucketed()) config[field::bucket_mb] = c->bucket_mb;
+    if (c && c->bucketed() && o.first_bucket_mb >= 0) config[field::first_bucket_mb] = o.first_bucket_mb;
+    if (c && c->impl != "single") config[field::comm_dtype] = c->comm_dtype;
+    if (n_buckets >= 0) config[field::n_buckets] = n_buckets;
+    config.update(extra);
     records.push_back(metric_record("ddp", impl, config, metric, value, unit));
   };
 
@@ -317,25 +319,22 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                      percent(vs_single), c.impl == "single" ? "-" : percent(bwd_slowdown),
                      c.impl == "single" ? "-" : fmt_bytes(sent_bytes), t.peak_bytes > 0 ? fmt_bytes(t.peak_bytes) : "-",
                      (c.impl == "bucketed" && c.comm_dtype == "fp32" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
-      record(impl, prec, &c, n_b, "step_time", t.step_ms, "ms");
-      record(impl, prec, &c, n_b, "fwd_bwd_time", t.fwd_bwd_ms, "ms");
-      record(impl, prec, &c, n_b, "exposed_comm_time", t.exposed_ms, "ms");
-      record(impl, prec, &c, n_b, "optimizer_time", t.optimizer_ms, "ms");
-      record(impl, prec, &c, n_b, "backward_time", t.backward_ms, "ms");
+      record(impl, prec, &c, n_b, "step_ms", t.step_ms, "ms");
+      record(impl, prec, &c, n_b, "fwd_bwd_ms", t.fwd_bwd_ms, "ms");
+      record(impl, prec, &c, n_b, "exposed_comm_ms", t.exposed_ms, "ms");
+      record(impl, prec, &c, n_b, "optimizer_ms", t.optimizer_ms, "ms");
+      record(impl, prec, &c, n_b, "backward_ms", t.backward_ms, "ms");
       if (c.impl != "single" && !std::isnan(bwd_slowdown)) record(impl, prec, &c, n_b, "backward_slowdown", bwd_slowdown, "%");
-      if (c.impl != "single") record(impl, prec, &c, n_b, "bytes_sent_per_step", sent_bytes, "B");
-      if (t.peak_bytes > 0) record(impl, prec, &c, n_b, "peak_allocated", t.peak_bytes, "B");
+      if (c.impl != "single") record(impl, prec, &c, n_b, "bytes_sent_per_step", sent_bytes, "bytes");
+      if (t.peak_bytes > 0) record(impl, prec, &c, n_b, "peak_allocated", t.peak_bytes, "bytes");
       if (!std::isnan(vs_single)) record(impl, prec, &c, n_b, "overhead_vs_single", vs_single, "%");
-      for (const auto& [step, loss] : losses) {
-        record(impl, prec, &c, n_b, "loss", loss, "nats");
-        records.back()["step"] = step;
-      }
-      if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead", model_ms, "ms");
+      for (const auto& [step, loss] : losses) record(impl, prec, &c, n_b, "loss", loss, "nats", Json{{field::step, step}});
+      if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead_ms", model_ms, "ms");
     }
     const double pred = best_bucket_bytes(s_bytes, w, o_s) / (1 << 20);
     record("overhead-model", prec, nullptr, -1, "per_call_overhead", o_s * 1e6, "us");
     record("overhead-model", prec, nullptr, -1, "allreduce_bandwidth", w / 1e9, "GB/s");
-    record("overhead-model", prec, nullptr, -1, "gradient_bytes", s_bytes, "B");
+    record("overhead-model", prec, nullptr, -1, "gradient_bytes", s_bytes, "bytes");
     record("overhead-model", prec, nullptr, -1, "predicted_best_bucket", pred, "MB");
     if (!std::isnan(best_mb)) record("overhead-model", prec, nullptr, -1, "measured_best_bucket", best_mb, "MB");
     table.add_row({prec, "model: o=" + fmt(o_s * 1e6, 1) + "us w=" + fmt(w / 1e9, 1) + "GB/s s=" + fmt_bytes(s_bytes),

@@ -10,6 +10,7 @@
 #include "train/cuda_graph_step.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/record.h"
 
 namespace lmscale {
 namespace {
@@ -142,51 +143,38 @@ E2EResult run_e2e(const E2EConfig& c) {
 
 std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std::string& impl) {
   const auto& m = c.setup.model;
-  Json base = make_record("e2e", impl);
-  base.update(Json{{"size", m.name},
-                   {"d_model", m.d_model},
-                   {"d_ff", m.d_ff},
-                   {"layers", m.num_layers},
-                   {"heads", m.num_heads},
-                   {"vocab", m.vocab_size},
-                   {"params", m.param_count()},
-                   {"context", c.setup.context},
-                   {"batch", c.setup.batch},
-                   {"precision", dtype_name(c.setup.precision)},
-                   {"mode", mode_name(c.mode)},
-                   {"attention", attention_backend_name(m.attention)},
-                   {"device", c.setup.device.str()},
-                   {"warmup", c.warmup},
-                   {"steps", c.steps},
-                   {"cuda_graph", r.cuda_graph},
-                   {"status", to_string(r.status)}});
-  if (!r.cuda_graph_note.empty()) base["cuda_graph_note"] = r.cuda_graph_note;
+  Record base("e2e", impl);
+  base.update(Json{{field::size, m.name},
+                   {field::d_model, m.d_model},
+                   {field::d_ff, m.d_ff},
+                   {field::layers, m.num_layers},
+                   {field::heads, m.num_heads},
+                   {field::vocab, m.vocab_size},
+                   {field::params, m.param_count()},
+                   {field::context, c.setup.context},
+                   {field::batch, c.setup.batch},
+                   {field::precision, dtype_name(c.setup.precision)},
+                   {field::mode, mode_name(c.mode)},
+                   {field::attention, attention_backend_name(m.attention)},
+                   {field::device, c.setup.device.str()},
+                   {field::warmup, c.warmup},
+                   {field::steps, c.steps},
+                   {field::cuda_graph, r.cuda_graph}});
+  if (!r.cuda_graph_note.empty()) base.set(field::cuda_graph_note, r.cuda_graph_note);
+  base.set_status(r.status, r.reason);
   if (r.extra.is_object()) base.update(r.extra);
+  if (base.status() != Status::ok) return {base.failure()};
   std::vector<Json> out;
-  auto add = [&](const std::string& metric, double value, const std::string& unit, const Summary* s = nullptr) {
-    Json j = base;
-    j["metric"] = metric;
-    j["value"] = value;
-    j["unit"] = unit;
-    if (s) j.update(Json{{"std", s->std}, {"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}});
-    out.push_back(std::move(j));
-  };
-  if (r.status != Status::ok) {
-    Json j = base;
-    j.update(Json{{"metric", "status"}, {"value", nullptr}, {"unit", ""}, {"reason", r.reason}});
-    return {j};
-  }
-  if (r.forward.n) add("forward_ms", r.forward.mean, "ms", &r.forward);
-  if (r.backward.n) add("backward_ms", r.backward.mean, "ms", &r.backward);
-  if (r.optimizer.n) add("optimizer_ms", r.optimizer.mean, "ms", &r.optimizer);
-  add("step_ms", r.total.mean, "ms", &r.total);
-  add("tokens_per_s", r.tokens_per_s, "tokens/s");
-  if (r.mfu > 0) add("mfu", r.mfu, "fraction");
-  if (c.setup.device.is_cuda()) add("peak_memory_bytes", static_cast<double>(r.peak_bytes), "bytes");
-  if (r.extra.is_object() && r.extra.contains("compile_s")) add("compile_s", r.extra["compile_s"].get<double>(), "s");
-  Json steps = base;
-  steps.update(Json{{"metric", "all_step_ms"}, {"value", r.step_ms}, {"unit", "ms"}});
-  out.push_back(steps);
+  if (r.forward.n) out.push_back(base.metric("forward_ms", r.forward, "ms"));
+  if (r.backward.n) out.push_back(base.metric("backward_ms", r.backward, "ms"));
+  if (r.optimizer.n) out.push_back(base.metric("optimizer_ms", r.optimizer, "ms"));
+  out.push_back(base.metric("step_ms", r.total, "ms"));
+  out.push_back(base.metric("tokens_per_s", r.tokens_per_s, "tokens/s"));
+  if (r.mfu > 0) out.push_back(base.metric("mfu", r.mfu, "fraction"));
+  if (c.setup.device.is_cuda()) out.push_back(base.metric("peak_memory_bytes", static_cast<double>(r.peak_bytes), "bytes"));
+  if (r.extra.is_object() && r.extra.contains("compile_s"))
+    out.push_back(base.metric("compile_s", r.extra["compile_s"].get<double>(), "s"));
+  out.push_back(base.metric("all_step_ms", r.step_ms, "ms"));
   return out;
 }
 

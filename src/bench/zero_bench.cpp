@@ -12,7 +12,7 @@
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "bench/dist_records.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
@@ -159,11 +159,16 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   double base_ms = NAN;
   for (const auto& impl : o.impls) {
     if (lead) std::cerr << "[zero] " << o.size << " " << o.precision << " " << impl << " ..." << std::flush;
+    Record cell("zero", "lmscale-" + impl);
+    cell.update(Json{{field::size, o.size},       {field::precision, o.precision}, {field::batch, o.batch},
+                     {field::context, o.context}, {field::world, g.world_size},    {field::backend, backend},
+                     {field::device, device_name(g.device)}});
     Measured m;
     try {
       m = run_config(impl, o, g);
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
+      records.push_back(cell.set_status(Status::oom, error_message(e).substr(0, error_message(e).find('\n'))).failure());
       release_cached_memory(g.device);
       if (lead) std::cerr << " OOM\n";
       table.add_row({impl, "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
@@ -176,18 +181,15 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
                    fmt_bytes(m.params), fmt_bytes(m.grads), fmt_bytes(m.state), fmt(m.step_ms),
                    std::isnan(ratio) ? "-" : fmt(ratio, 3) + "x"});
     for (auto [metric, value, unit] : std::vector<std::tuple<const char*, double, const char*>>{
-             {"allocated_after_init", m.init, "B"},
-             {"allocated_before_step", m.before_step, "B"},
-             {"allocated_after_step", m.after_step, "B"},
-             {"peak_allocated", m.peak, "B"},
-             {"param_bytes", m.params, "B"},
-             {"grad_bytes", m.grads, "B"},
-             {"optimizer_state_bytes", m.state, "B"},
-             {"step_time", m.step_ms, "ms"}}) {
-      const Json config{{"size", o.size},       {"precision", o.precision}, {"batch", o.batch},
-                        {"context", o.context}, {"world", g.world_size},    {"backend", backend}};
-      records.push_back(metric_record("zero", "lmscale-" + impl, config, metric, value, unit));
-    }
+             {"allocated_after_init", m.init, "bytes"},
+             {"allocated_before_step", m.before_step, "bytes"},
+             {"allocated_after_step", m.after_step, "bytes"},
+             {"peak_allocated", m.peak, "bytes"},
+             {"param_bytes", m.params, "bytes"},
+             {"grad_bytes", m.grads, "bytes"},
+             {"optimizer_state_bytes", m.state, "bytes"},
+             {"step_ms", m.step_ms, "ms"}})
+      records.push_back(cell.metric(metric, value, unit));
   }
   if (!lead) return "";
   append_jsonl(o.out + "/zero.jsonl", records);

@@ -21,6 +21,21 @@ std::string ProcessResult::describe() const {
   return "exited with code " + std::to_string(exit_code);
 }
 
+std::string display_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    if (!a.empty() && a.find_first_of(" \t\n\"'\\$`;&|<>()*?[]{}#~!") == std::string::npos) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
 namespace {
 
 // The child's half: redirect, change folder, set the environment, exec. Reports a failure to
@@ -50,7 +65,7 @@ namespace {
   c_args.push_back(nullptr);
   execvp(c_args[0], c_args.data());
   fail("could not start '" + argv[0] + "'");
-  _exit(127);  // not reached (fail exits); a lambda cannot be [[noreturn]], so say it here
+  _exit(127);  // fail() does not return; this says so to the compiler
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ struct ProcessResult {
   std::string describe() const;
 };
 
+// argv as one line a person can read and paste into a shell (arguments with spaces, quotes or shell
+// syntax single-quoted). For messages only: lmscale never hands this string to a shell.
+std::string display_command(const std::vector<std::string>& argv);
+
 // Runs argv[0] (looked up in PATH) with argv, waits for it. Never throws for a failing program;
 // throws std::invalid_argument for an empty argv.
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});

@@ -1,5 +1,7 @@
-// Finding the interpreter and lmscale's Python package; see python_module.h.
+// Finding the interpreter and lmscale's Python package, and running its modules; see python_module.h.
 #include "core/python_module.h"
+
+#include <dlfcn.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -36,13 +38,27 @@ std::string from_build_tree(const fs::path& build_dir) {
   return "";
 }
 
+// The folder liblmscale was loaded from (the same for the CLI, the tests and the Python extension).
+fs::path library_dir() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&python_package_dir), &info) || !info.dli_fname) return {};
+  std::error_code ec;
+  const fs::path lib = fs::weakly_canonical(info.dli_fname, ec);
+  return ec ? fs::path{} : lib.parent_path();
+}
+
 std::string find_package_dir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const fs::path dir = exe.parent_path();
-  if (std::string found = near(dir); !found.empty()) return found;
-  return from_build_tree(dir);
+  const fs::path exe_dir = ec ? fs::path{} : exe.parent_path();
+  const fs::path lib_dir = library_dir();
+  for (const fs::path& dir : {exe_dir, lib_dir})
+    if (!dir.empty())
+      if (std::string found = near(dir); !found.empty()) return found;
+  for (const fs::path& dir : {exe_dir, lib_dir})
+    if (!dir.empty())
+      if (std::string found = from_build_tree(dir); !found.empty()) return found;
+  return "";
 }
 
 }  // namespace
@@ -53,8 +69,9 @@ std::string python_interpreter() {
 }
 
 std::string python_package_dir() {
-  static const std::string dir = find_package_dir();
-  return dir;
+  if (const char* dir = std::getenv("LMSCALE_PYTHONPATH"); dir && *dir) return dir;
+  static const std::string found = find_package_dir();
+  return found;
 }
 
 std::vector<std::string> python_module_argv(const std::string& module, const std::vector<std::string>& args) {
@@ -63,11 +80,18 @@ std::vector<std::string> python_module_argv(const std::string& module, const std
   return argv;
 }
 
-ProcessOptions python_module_options(ProcessOptions options) {
+namespace {
+// ("PYTHONPATH", package dir ahead of the caller's), or nothing when no package dir was found.
+std::vector<std::pair<std::string, std::string>> python_path_env() {
   const std::string dir = python_package_dir();
-  if (dir.empty()) return options;
+  if (dir.empty()) return {};
   const char* prev = std::getenv("PYTHONPATH");
-  options.env.emplace_back("PYTHONPATH", prev && *prev ? dir + ":" + prev : dir);
+  return {{"PYTHONPATH", prev && *prev ? dir + ":" + prev : dir}};
+}
+}  // namespace
+
+ProcessOptions python_module_options(ProcessOptions options) {
+  for (auto& kv : python_path_env()) options.env.push_back(std::move(kv));
   return options;
 }
 
@@ -77,6 +101,38 @@ std::string python_fix() {
                                          "interpreter also needs `./lmscale python-install`"
                                        : "") +
          ")";
+}
+
+std::string PythonCommand::display() const {
+  std::string out;
+  for (const auto& [k, v] : env) out += k + "=" + display_command({v}) + " ";
+  return out + display_command(argv);
+}
+
+PythonCommand python_module_command(const std::string& module, const std::vector<std::string>& args) {
+  PythonCommand c;
+  c.argv = python_module_argv(module, args);
+  c.env = python_path_env();
+  return c;
+}
+
+std::string run_python_module(const std::string& module, const std::vector<std::string>& args,
+                              const std::function<void(const std::string&)>& on_line, const std::string& needs) {
+  const PythonCommand cmd = python_module_command(module, args);
+  ProcessOptions po;
+  po.env = cmd.env;
+  po.capture_stdout = true;
+  po.merge_stderr = true;
+  std::string last;
+  po.on_line = [&](const std::string& line) {
+    if (on_line) on_line(line);
+    if (!line.empty()) last = line;
+  };
+  const ProcessResult r = run_process(cmd.argv, po);
+  if (r.ok()) return "";
+  return "python -m " + module + " " + r.describe() + (last.empty() ? "" : " (" + last + ")") +
+         (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter()) +
+         " (set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
 }
 
 }  // namespace lmscale

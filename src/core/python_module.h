@@ -1,21 +1,29 @@
-// Running a module of lmscale's Python package from the binary (`python -m lmscale.baseline.e2e`, the
-// plots): the interpreter is $LMSCALE_PYTHON (else python3), and PYTHONPATH starts with the package's
-// python/ folder when the binary finds one — beside or above itself (a checkout's build/ folder), or
-// through the CMakeCache.txt of the build tree it sits in. Otherwise the interpreter must have
-// lmscale installed (`./lmscale python-install`). No source path is compiled in: a copied or
-// installed binary works, and a module is named by its import path, not by a file.
+// Running a module of lmscale's Python package from the binary (`python -m lmscale.baseline.e2e`,
+// `python -m lmscale.plots …`): the interpreter is $LMSCALE_PYTHON (else python3), and PYTHONPATH
+// starts with the package's python/ folder when one is found (see python_package_dir). Otherwise the
+// interpreter must have lmscale installed (`./lmscale python-install`). No source path is compiled
+// in: a copied or installed binary works, and a module is named by its import path, not by a file,
+// so a renamed file is a Python import error with a name, not a missing script.
 #pragma once
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/process.h"
 
 namespace lmscale {
 
-// $LMSCALE_PYTHON, else "python3".
+// $LMSCALE_PYTHON, else "python3" from PATH.
 std::string python_interpreter();
-// The folder that holds the lmscale package (a checkout's python/), or "" when none was found.
+
+// The folder that holds the `lmscale` Python package (the folder to put on PYTHONPATH):
+// $LMSCALE_PYTHONPATH, else a `python/` folder beside or up to two levels above the running binary
+// or liblmscale (a build folder inside a checkout), else the python/ folder of the source tree named
+// by the CMakeCache.txt of the build folder the binary sits in, else "" (the package is expected to
+// be installed).
 std::string python_package_dir();
+
 // argv of `<interpreter> -m <module> <args...>`.
 std::vector<std::string> python_module_argv(const std::string& module, const std::vector<std::string>& args);
 // options with PYTHONPATH set to python_package_dir() (ahead of the caller's PYTHONPATH).
@@ -23,5 +31,21 @@ ProcessOptions python_module_options(ProcessOptions options);
 // The fix to print when the interpreter is missing or lacks torch: names LMSCALE_PYTHON and the
 // interpreter used now.
 std::string python_fix();
+
+// argv and environment for `<python> -m <module> <args…>`, PYTHONPATH led by python_package_dir().
+struct PythonCommand {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  // For messages: "PYTHONPATH=… python3 -m lmscale.plots report 'my results'".
+  std::string display() const;
+};
+PythonCommand python_module_command(const std::string& module, const std::vector<std::string>& args);
+
+// Runs `<python> -m <module> <args…>` (no shell: any path is one argument), passing each line of its
+// output (stdout and stderr) to on_line. Returns "" when it succeeded, else one line saying what
+// happened, what the module needs (`needs`, e.g. "matplotlib") and the command to run later.
+std::string run_python_module(const std::string& module, const std::vector<std::string>& args,
+                              const std::function<void(const std::string&)>& on_line = {},
+                              const std::string& needs = "");
 
 }  // namespace lmscale

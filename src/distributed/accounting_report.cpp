@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "core/record.h"
 #include "core/results.h"
 
 namespace lmscale::distributed {
@@ -28,22 +29,19 @@ std::string write_accounting_report(const AccountingInputs& in, const std::strin
              fmt(r.compute_bound_batch_per_device, 1) + " tokens", "F/(Y·W·M_X) / (F/C − Y/(W·M_Y))"});
   t.add_row({"compute-bound batch total", fmt(r.compute_bound_batch_total, 0) + " tokens", "× X·Y devices"});
   std::vector<lmscale::Json> recs;
-  const lmscale::Json config{{"d_model", in.d_model}, {"d_ff", in.d_ff},   {"blocks", in.blocks},
-                             {"tokens", in.tokens},   {"fsdp_devices", in.fsdp_devices},
-                             {"fsdp_x", in.fsdp_x},   {"tp_y", in.tp_y}};
+  namespace field = lmscale::field;
+  const lmscale::Json config{{field::d_model, in.d_model}, {field::d_ff, in.d_ff},   {field::blocks, in.blocks},
+                             {"tokens", in.tokens},        {"fsdp_devices", in.fsdp_devices},
+                             {"fsdp_x", in.fsdp_x},        {"tp_y", in.tp_y}};
   auto add = [&](const char* metric, double v, const char* unit) {
-    // As bench/dist_records.h's metric_record (distributed/ may not include bench/).
-    lmscale::Json r = lmscale::make_record("account", "lmscale-account");
-    r.update(config);
-    r.update({{"metric", metric}, {"value", v}, {"unit", unit}});
-    recs.push_back(r);
+    recs.push_back(lmscale::metric_record("account", "lmscale-account", config, metric, v, unit));
   };
-  add("params", r.params, "count");
-  add("training_state_fp32", r.training_state, "B");
-  add("activations_per_token_bf16", r.activations_per_token_bf16, "B");
-  add("activations_bf16", r.activations_bf16, "B");
-  add("fsdp_per_device", r.fsdp_per_device, "B");
-  add("fsdp_devices_to_fit", r.fsdp_devices_to_fit, "count");
+  add("params", r.params, "");
+  add("training_state_fp32", r.training_state, "bytes");
+  add("activations_per_token_bf16", r.activations_per_token_bf16, "bytes");
+  add("activations_bf16", r.activations_bf16, "bytes");
+  add("fsdp_per_device", r.fsdp_per_device, "bytes");
+  add("fsdp_devices_to_fit", r.fsdp_devices_to_fit, "");
   add("compute_bound_batch_per_device", r.compute_bound_batch_per_device, "tokens");
   add("compute_bound_batch_total", r.compute_bound_batch_total, "tokens");
   lmscale::append_jsonl(out + "/account.jsonl", recs);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "core/device.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "profile/lab_precision.h"
 
@@ -30,12 +31,12 @@ void run_accumulation_report(int64_t steps, double increment, const std::string&
   for (const auto& r : run_accumulation(steps, increment)) {
     table.add_row({r.variant, r.accumulator, r.increment, r.added_as, fmt(r.value, 4),
                    r.expected ? fmt(r.expected, 4) : "-"});
-    Json j = make_record("lab", "aten");
-    j.update({{"experiment", "accumulation"}, {"variant", r.variant}, {"accumulator", r.accumulator},
-              {"increment_dtype", r.increment}, {"added_as", r.added_as}, {"steps", steps},
-              {"increment", increment}, {"metric", "sum"}, {"value", r.value}, {"unit", ""}});
-    if (r.expected) j["expected"] = r.expected;
-    records.push_back(j);
+    Record rec("lab", "aten");
+    rec.update(Json{{field::experiment, "accumulation"}, {"variant", r.variant}, {"accumulator", r.accumulator},
+                    {"increment_dtype", r.increment},    {"added_as", r.added_as}, {field::steps, steps},
+                    {"increment", increment}});
+    if (r.expected) rec.set("expected", r.expected);
+    records.push_back(rec.metric("sum", r.value, ""));
   }
   emit(out, "lab_accumulation.md",
        "Sum of " + fmt(increment, 4) + " added " + std::to_string(steps) + " times", table, records);
@@ -59,10 +60,11 @@ void run_autocast_report(const std::string& device_spec, const std::string& out)
       auto r = run_autocast_toy(d, dt);
       if (!r.error.empty()) {
         table.add_row({r.device, r.autocast, "error: " + r.error, "", "", "", "", "", ""});
-        Json j = make_record("lab", "aten-autocast");
-        j.update({{"experiment", "autocast"}, {"device", r.device}, {"dtype", r.autocast}, {"metric", "error"},
-                  {"value", r.error}, {"unit", ""}});
-        records.push_back(j);
+        records.push_back(Record("lab", "aten-autocast")
+                              .update(Json{{field::experiment, "autocast"}, {field::device, r.device},
+                                           {field::precision, r.autocast}})
+                              .set_status(Status::error, r.error)
+                              .failure());
         continue;
       }
       table.add_row({r.device, r.autocast, r.params, r.fc1_out, r.relu_out, r.layernorm_out, r.logits, r.loss,
@@ -71,10 +73,10 @@ void run_autocast_report(const std::string& device_spec, const std::string& out)
           {"parameters", &r.params}, {"fc1_out", &r.fc1_out}, {"relu_out", &r.relu_out},
           {"layernorm_out", &r.layernorm_out}, {"logits", &r.logits}, {"loss", &r.loss}, {"gradients", &r.grads}};
       for (const auto& [tensor, value] : fields) {
-        Json j = make_record("lab", "aten-autocast");
-        j.update({{"experiment", "autocast"}, {"device", r.device}, {"dtype", r.autocast}, {"tensor", tensor},
-                  {"metric", "dtype"}, {"value", *value}, {"unit", ""}});
-        records.push_back(j);
+        records.push_back(Record("lab", "aten-autocast")
+                              .update(Json{{field::experiment, "autocast"}, {field::device, r.device},
+                                           {field::precision, r.autocast}, {field::tensor, tensor}})
+                              .metric("tensor_dtype", *value, ""));
       }
     }
   }

@@ -1,11 +1,12 @@
 // The memory report; see memory_report.h.
 #include "profile/memory_report.h"
 
-#include <cstdlib>
 #include <iostream>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/python_module.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "profile/memory_run.h"
 
@@ -22,11 +23,12 @@ StepSetup make_setup(const MemoryReportOptions& a, int64_t context, const std::s
   return s;
 }
 
-Json config_record(const MemoryReportOptions& a, int64_t context, const std::string& precision, const std::string& mode) {
-  Json j = make_record("memory", "lmscale-" + a.attention);
-  j.update({{"size", a.size}, {"context", context}, {"batch", a.batch}, {"dtype", precision}, {"mode", mode},
-            {"attention", a.attention}});
-  return j;
+Record config_record(const MemoryReportOptions& a, int64_t context, const std::string& precision,
+                     const std::string& mode) {
+  Record r("memory", "lmscale-" + a.attention);
+  r.update(Json{{field::size, a.size},      {field::context, context}, {field::batch, a.batch},
+                {field::precision, precision}, {field::mode, mode},     {field::attention, a.attention}});
+  return r;
 }
 
 std::string peak_table(const MemoryReportOptions& a, c10::Device dev, std::vector<Json>* records) {
@@ -48,13 +50,10 @@ std::string peak_table(const MemoryReportOptions& a, c10::Device dev, std::vecto
         t.add_row({a.size, std::to_string(ctx), prec, mode, ok ? fmt_bytes(c.after_init) : c.status,
                    ok ? fmt_bytes(c.peak) : c.status, fmt_bytes(resid)});
         if (!c.note.empty() && notes.find(c.note) == std::string::npos) notes += "- " + c.status + ": " + c.note + "\n";
-        Json j = config_record(a, ctx, prec, mode);
-        j.update({{"metric", "peak_allocated_bytes"}, {"unit", "bytes"}, {"status", c.status},
-                  {"residual_activation_bytes", resid}});
-        j["value"] = ok ? Json(c.peak) : Json(nullptr);
-        if (ok) j["after_init_bytes"] = c.after_init;
-        if (!c.note.empty()) j["note"] = c.note;
-        records->push_back(j);
+        Record cell = config_record(a, ctx, prec, mode);
+        cell.set_status(c.status, c.note).set("residual_activation_bytes", resid);
+        if (ok) cell.set("after_init_bytes", c.after_init);
+        records->push_back(cell.metric("peak_allocated_bytes", ok ? Json(c.peak) : Json(nullptr), "bytes"));
       }
     }
   }
@@ -83,26 +82,28 @@ std::string snapshot_section(const MemoryReportOptions& a, c10::Device dev, cons
   const auto& tl = rec.timeline;
   std::cout << rec.events.size() << " events, peak " << fmt_bytes(tl.peak_bytes) << "\n";
   Json tj = timeline_json(tl, rec.events, a.top);
-  tj["config"] = {{"size", a.size}, {"context", ctx}, {"batch", a.batch}, {"dtype", prec}, {"mode", mode},
-                  {"steps", a.snapshot_steps}, {"gpu", run_info().gpu}, {"commit", run_info().commit},
-                  {"command", run_info().command}};
+  tj["config"] = {{field::size, a.size},           {field::context, ctx},         {field::batch, a.batch},
+                  {field::precision, prec},         {field::mode, mode},           {field::steps, a.snapshot_steps},
+                  {field::gpu, run_info().gpu},     {field::commit, run_info().commit},
+                  {field::date, run_info().date},   {field::command, run_info().command}};
   const std::string timeline_path = write_text(stem + "_timeline.json", tj.dump(1));
   std::string png = stem + "_timeline.png";
   std::string plot_note;
   if (a.plot) {
-    const char* py = std::getenv("LMSCALE_PYTHON");
-    const std::string cmd = std::string(py && *py ? py : "python3") + " '" + LMSCALE_SOURCE_DIR +
-                            "/scripts/plot_memory.py' '" + timeline_path + "' '" + png + "'";
-    if (std::system(cmd.c_str()) != 0) {
-      plot_note = "(plot failed; run: `" + cmd + "`)\n\n";
+    const std::string problem = run_python_module("lmscale.plots", {"memory", timeline_path, png}, {}, "matplotlib");
+    if (!problem.empty()) {
+      plot_note = "(plot not drawn: " + problem + ")\n\n";
+      std::cerr << "memory: " << plot_note;
       png.clear();
     }
   }
-  Json j = config_record(a, ctx, prec, mode);
-  j.update({{"metric", "snapshot_peak_bytes"}, {"value", tl.peak_bytes}, {"unit", "bytes"},
-            {"events", rec.events.size()}, {"pickle", rec.pickle_path}, {"timeline", timeline_path},
-            {"largest_live_at_peak", tj["largest_live_at_peak"]}, {"origins_at_peak", tj["origins_at_peak"]}});
-  records->push_back(j);
+  records->push_back(config_record(a, ctx, prec, mode)
+                         .update(Json{{"events", rec.events.size()},
+                                      {"pickle", rec.pickle_path},
+                                      {"timeline", timeline_path},
+                                      {"largest_live_at_peak", tj["largest_live_at_peak"]},
+                                      {"origins_at_peak", tj["origins_at_peak"]}})
+                         .metric("snapshot_peak_bytes", tl.peak_bytes, "bytes"));
 
   MarkdownTable blocks({"#", "size", "phase", "allocated by"});
   for (size_t i = 0; i < tl.live_at_peak.size() && i < static_cast<size_t>(a.top); ++i) {
@@ -138,9 +139,7 @@ void run_memory_report(const MemoryReportOptions& a) {
   for (int64_t ctx : a.contexts) {
     const int64_t r = residual_activation_bytes(a.batch, ctx, d);
     md += " T=" + std::to_string(ctx) + ": " + fmt_bytes(r) + ";";
-    Json j = config_record(a, ctx, "fp32", "residual");
-    j.update({{"metric", "residual_activation_bytes"}, {"value", r}, {"unit", "bytes"}});
-    records.push_back(j);
+    records.push_back(config_record(a, ctx, "fp32", "residual").metric("residual_activation_bytes", r, "bytes"));
   }
   md += "\n\n";
   const std::string why = memory_unsupported_reason(dev);

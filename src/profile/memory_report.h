@@ -1,7 +1,7 @@
 // The memory report behind `lmscale memory`: the peak-memory table (size × context × precision ×
 // mode, OOM cells), memory-history snapshots for PyTorch's memory viewer, the largest allocations
 // live at the peak and where they come from, the fp32 residual-activation size, and the
-// active-memory timeline (JSON, plotted to PNG by scripts/plot_memory.py). Measuring is memory_run.
+// active-memory timeline (JSON, plotted to PNG by `python -m lmscale.plots memory`). Measuring is memory_run.
 #pragma once
 #include <string>
 #include <vector>

@@ -48,7 +48,7 @@ MemoryTimeline replay(const std::vector<AllocEvent>& events, int64_t baseline);
 // Bytes of one fp32 residual-stream activation, B·T·d·4 (docs/spec.md §2.4).
 int64_t residual_activation_bytes(int64_t batch, int64_t context, int64_t d_model);
 
-// The timeline as the small JSON that scripts/plot_memory.py reads: at most `max_points` points
+// The timeline as the small JSON that `python -m lmscale.plots memory` reads: at most `max_points` points
 // (each kept point is the maximum of the events it stands for, so the peak survives), phase spans
 // over event indices, the peak, and the `top` largest live blocks and origins at the peak.
 nlohmann::json timeline_json(const MemoryTimeline& t, const std::vector<AllocEvent>& events, size_t top,

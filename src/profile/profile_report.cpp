@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/device.h"
+#include "core/record.h"
 #include "core/results.h"
 #include "profile/profile_summary.h"
 
@@ -21,10 +22,11 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
       rep.attention.empty() ? attention_backend_name(o.setup.model.attention) : rep.attention,
       rep.out, o.setup.context, o.setup.batch, o.warmup, o.steps, rep.top};
   const bool gpu = o.setup.device.is_cuda();
-  Json base = make_record("profile", "lmscale-" + a.attention);
-  base.update({{"size", a.size}, {"context", a.context}, {"batch", a.batch}, {"dtype", a.precision},
-               {"attention", a.attention}, {"device", o.setup.device.str()}, {"steps", a.steps},
-               {"time_kind", gpu ? "gpu-kernel" : "cpu-self"}});
+  Record base("profile", "lmscale-" + a.attention);
+  base.update(Json{{field::size, a.size},           {field::context, a.context},   {field::batch, a.batch},
+                   {field::precision, a.precision}, {field::attention, a.attention},
+                   {field::device, o.setup.device.str()},                         {field::steps, a.steps},
+                   {field::time_kind, gpu ? "gpu-kernel" : "cpu-self"}});
   std::vector<Json> records;
   const std::string what = gpu ? "kernel" : "CPU op";
   std::string md = "# Kernel profile: " + a.size + ", context " + std::to_string(a.context) + ", batch " +
@@ -38,19 +40,19 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
     // Launches per step: what a launch-bound step pays for on the CPU, whatever each kernel takes.
     double calls = 0;
     for (const auto& s : ph.ops) calls += s.calls_per_step;
-    Json tot = base;
-    tot.update({{"phase", ph.phase}, {"metric", "phase_total_ms"}, {"value", ph.total_ms_per_step}, {"unit", "ms"},
-                {"wall_ms", r.wall_ms[p]}, {"distinct_ops", ph.ops.size()}, {"calls_per_step", calls}});
-    records.push_back(tot);
+    Record phase = base;
+    phase.update(Json{{field::phase, ph.phase}, {"wall_ms", r.wall_ms[p]}, {"distinct_ops", ph.ops.size()},
+                      {"calls_per_step", calls}});
+    records.push_back(phase.metric("phase_total_ms", ph.total_ms_per_step, "ms"));
     MarkdownTable t({"#", what, "calls/step", "ms/step", "share"});
     for (size_t i = 0; i < ph.ops.size() && i < static_cast<size_t>(a.top); ++i) {
       const auto& s = ph.ops[i];
       t.add_row({std::to_string(i + 1), "`" + short_kernel_name(s.name) + "`", fmt(s.calls_per_step, 1),
                  fmt(s.ms_per_step, 3), fmt(100 * s.share, 1) + "%"});
-      Json j = base;
-      j.update({{"phase", ph.phase}, {"rank", i + 1}, {"kernel", s.name}, {"calls_per_step", s.calls_per_step},
-                {"share", s.share}, {"metric", "kernel_ms"}, {"value", s.ms_per_step}, {"unit", "ms"}});
-      records.push_back(j);
+      Record kernel = base;
+      kernel.update(Json{{field::phase, ph.phase}, {field::position, i + 1}, {field::kernel, s.name},
+                         {"calls_per_step", s.calls_per_step}, {"share", s.share}});
+      records.push_back(kernel.metric("kernel_ms", s.ms_per_step, "ms"));
     }
     md += "## " + ph.phase + ": " + fmt(ph.total_ms_per_step, 3) + " ms of " + what + " time per step (wall " +
           fmt(r.wall_ms[p], 3) + " ms), " + fmt(calls, 0) + " " + what + "s, " + std::to_string(ph.ops.size()) +
@@ -60,10 +62,10 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
       MarkdownTable at({"attention part", "calls/step", "ms/step", "share of " + ph.phase});
       for (const auto& s : ph.attention) {
         at.add_row({s.name, fmt(s.calls_per_step, 1), fmt(s.ms_per_step, 3), fmt(100 * s.share, 1) + "%"});
-        Json j = base;
-        j.update({{"phase", ph.phase}, {"attention_part", s.name}, {"calls_per_step", s.calls_per_step},
-                  {"share", s.share}, {"metric", "attention_part_ms"}, {"value", s.ms_per_step}, {"unit", "ms"}});
-        records.push_back(j);
+        Record part = base;
+        part.update(Json{{field::phase, ph.phase}, {field::attention_part, s.name},
+                         {"calls_per_step", s.calls_per_step}, {"share", s.share}});
+        records.push_back(part.metric("attention_part_ms", s.ms_per_step, "ms"));
       }
       md += "Attention broken down (ops inside the `attention/<part>` ranges):\n\n" + at.render() + "\n";
     }

@@ -32,7 +32,7 @@ def test_every_design_is_recorded_over_gloo(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "ddp.jsonl").read_text().splitlines()]
     seen = {(x["impl"], x["metric"]) for x in records}
     for impl in ("torch-single", "torch-ddp", "torch-ddp-bf16", "torch-fsdp2"):
-        assert (impl, "step_time") in seen and (impl, "backward_time") in seen, impl
+        assert (impl, "step_ms") in seen and (impl, "backward_ms") in seen, impl
     for impl in ("torch-ddp", "torch-ddp-bf16", "torch-fsdp2"):
         assert (impl, "bytes_sent_per_step") in seen and (impl, "backward_slowdown") in seen, impl
     sent = {x["impl"]: x["value"] for x in records if x["metric"] == "bytes_sent_per_step"}

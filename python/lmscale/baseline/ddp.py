@@ -6,7 +6,7 @@ Needs only torch. Runs over NCCL on GPUs and over Gloo on CPUs (a small check of
 
     torchrun --nproc-per-node 2 -m lmscale.baseline.ddp --size xl --precision fp32,bf16 --out results
 
-Per design it records (bench "ddp", rank 0 appends to <out>/ddp.jsonl): step_time, backward_time
+Per design it records (bench "ddp", rank 0 appends to <out>/ddp.jsonl, docs/results/SCHEMA.md): step_ms, backward_ms
 (the ``loss.backward()`` call: DDP's and FSDP's communication that the backward does not hide ends
 inside it), backward_slowdown against the single-device backward, bytes_sent_per_step per rank
 (ring algorithms: all-reduce 2(N-1)/N of the payload, reduce-scatter and all-gather (N-1)/N), and
@@ -29,6 +29,7 @@ import torch.distributed as dist
 SIZES = {"tiny": (64, 256, 2, 4), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
          "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
 VOCAB = 10000
+SCHEMA_VERSION = 2  # docs/results/SCHEMA.md
 IMPLS = ("torch-single", "torch-ddp", "torch-ddp-bf16", "torch-fsdp2")
 
 
@@ -171,17 +172,17 @@ def main(argv=None):
             del model, opt
             if impl == "torch-single":
                 single_bwd = bwd
-            metrics = [("step_time", step, "ms"), ("backward_time", bwd, "ms")]
+            metrics = [("step_ms", step, "ms"), ("backward_ms", bwd, "ms")]
             if impl != "torch-single":
-                metrics.append(("bytes_sent_per_step", bytes_sent(impl, grad_bytes, world), "B"))
+                metrics.append(("bytes_sent_per_step", bytes_sent(impl, grad_bytes, world), "bytes"))
                 if single_bwd:
                     metrics.append(("backward_slowdown", (bwd / single_bwd - 1) * 100, "%"))
             if peak is not None:
-                metrics.append(("peak_allocated", peak, "B"))
+                metrics.append(("peak_allocated", peak, "bytes"))
             if rank == 0:
                 print(f"[{impl}] {a.size} {prec}: step {step:.2f} ms, backward {bwd:.2f} ms", flush=True)
             for metric, value, unit in metrics:
-                r = {"bench": "ddp", "impl": impl, "size": a.size, "precision": prec, "batch": a.batch,
+                r = {"schema": SCHEMA_VERSION, "bench": "ddp", "impl": impl, "status": "ok", "size": a.size, "precision": prec, "batch": a.batch,
                      "context": a.context, "world": world, "backend": "nccl" if cuda else "gloo", "metric": metric,
                      "value": value, "unit": unit, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
                      "commit": commit, "date": date, "command": command, "torch": torch.__version__}

@@ -1,10 +1,15 @@
 // Test support: run the `lmscale` CLI binary (path baked in at build time) with arguments and an
-// optional environment prefix, capturing its exit code and combined output.
+// optional environment prefix, capturing its exit code and combined output. run_cli takes a shell
+// fragment (for tests that want redirections); run_cli_argv passes each argument verbatim.
 #pragma once
 #include <array>
 #include <cstdio>
 #include <string>
 #include <sys/wait.h>
+#include <vector>
+
+#include "core/process.h"
+#include "support/temp_dirs.h"
 
 namespace lmscale::testing {
 
@@ -25,11 +30,16 @@ inline CliResult run_cli(const std::string& args, const std::string& env = "") {
   return r;
 }
 
-// A fresh empty folder under the system temp dir.
-inline std::string temp_dir(const std::string& tag) {
-  std::string tmpl = "/tmp/lmscale-test-" + tag + "-XXXXXX";
-  char* made = mkdtemp(tmpl.data());
-  return made ? std::string(made) : std::string();
+inline CliResult run_cli_argv(const std::vector<std::string>& args,
+                              const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  std::vector<std::string> argv{LMSCALE_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcessOptions o;
+  o.capture_stdout = true;
+  o.merge_stderr = true;
+  o.env = env;
+  const ProcessResult p = run_process(argv, o);
+  return CliResult{p.started && p.term_signal == 0 ? p.exit_code : -1, p.output};
 }
 
 }  // namespace lmscale::testing

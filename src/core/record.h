@@ -1,0 +1,120 @@
+// One results schema (docs/results/SCHEMA.md): the field names, written once here, and `Record`,
+// the builder every benchmark writes through. A Record holds the fields one measured cell shares
+// (provenance, config, status); metric() turns it into the JSON Lines record of one metric.
+// normalize_record() is the reader's side: records of older schema versions in today's names.
+#pragma once
+#include <string>
+
+#include "core/results.h"
+#include "core/stats.h"
+#include "core/status.h"
+
+namespace lmscale {
+
+// Version of the records this code writes. Version 1 had no `schema` field (see SCHEMA.md).
+inline constexpr int kSchemaVersion = 2;
+
+// Every field name of the schema; the glossary in docs/results/SCHEMA.md says what each means.
+namespace field {
+// Every record.
+inline constexpr char schema[] = "schema";
+inline constexpr char bench[] = "bench";
+inline constexpr char impl[] = "impl";
+inline constexpr char status[] = "status";
+inline constexpr char reason[] = "reason";
+inline constexpr char metric[] = "metric";
+inline constexpr char value[] = "value";
+inline constexpr char unit[] = "unit";
+inline constexpr char gpu[] = "gpu";
+inline constexpr char commit[] = "commit";
+inline constexpr char date[] = "date";
+inline constexpr char command[] = "command";
+// Statistics of a timed metric (same unit as value, which is the mean).
+inline constexpr char std_dev[] = "std";
+inline constexpr char median[] = "median";
+inline constexpr char min[] = "min";
+inline constexpr char max[] = "max";
+inline constexpr char n[] = "n";
+// Configuration.
+inline constexpr char device[] = "device";
+inline constexpr char size[] = "size";
+inline constexpr char d_model[] = "d_model";
+inline constexpr char d_ff[] = "d_ff";
+inline constexpr char layers[] = "layers";
+inline constexpr char blocks[] = "blocks";
+inline constexpr char heads[] = "heads";
+inline constexpr char vocab[] = "vocab";
+inline constexpr char params[] = "params";
+inline constexpr char context[] = "context";
+inline constexpr char batch[] = "batch";
+inline constexpr char precision[] = "precision";
+inline constexpr char mode[] = "mode";
+inline constexpr char attention[] = "attention";
+inline constexpr char head_dim[] = "head_dim";
+inline constexpr char causal[] = "causal";
+inline constexpr char warmup[] = "warmup";
+inline constexpr char steps[] = "steps";
+inline constexpr char cuda_graph[] = "cuda_graph";
+inline constexpr char cuda_graph_note[] = "cuda_graph_note";
+inline constexpr char backend[] = "backend";
+inline constexpr char world[] = "world";
+inline constexpr char op[] = "op";
+inline constexpr char size_bytes[] = "size_bytes";
+inline constexpr char size_mb[] = "size_mb";
+inline constexpr char iters[] = "iters";
+inline constexpr char bucket_mb[] = "bucket_mb";
+inline constexpr char n_buckets[] = "n_buckets";
+inline constexpr char first_bucket_mb[] = "first_bucket_mb";
+inline constexpr char comm_dtype[] = "comm_dtype";
+inline constexpr char fused[] = "fused";
+inline constexpr char nccl[] = "nccl";
+inline constexpr char step[] = "step";
+inline constexpr char phase[] = "phase";
+inline constexpr char position[] = "position";
+inline constexpr char kernel[] = "kernel";
+inline constexpr char attention_part[] = "attention_part";
+inline constexpr char time_kind[] = "time_kind";
+inline constexpr char experiment[] = "experiment";
+inline constexpr char tensor[] = "tensor";
+}  // namespace field
+
+// The metric name of a cell that produced no numbers (its status and reason say why).
+inline constexpr char kStatusMetric[] = "status";
+
+class Record {
+ public:
+  // bench, impl, schema, status ok and the run's provenance (gpu, commit, date, command).
+  Record(const std::string& bench, const std::string& impl);
+
+  // Sets one field (a name from lmscale::field, or a bench-specific extra).
+  Record& set(const std::string& key, Json value);
+  // Merges every field of a JSON object (a config shared by several records).
+  Record& update(const Json& fields);
+  // The cell's outcome; a reason is kept for any status (a note on an ok cell that ran differently).
+  Record& set_status(Status s, const std::string& reason = "");
+  // The same from a status word (old spellings like "OOM" read as status_from_string does).
+  Record& set_status(const std::string& word, const std::string& reason = "");
+  Status status() const;
+
+  // The record of one metric of this cell.
+  Json metric(const std::string& name, Json value, const std::string& unit) const;
+  // A timed metric: value is the mean, with std/median/min/max/n.
+  Json metric(const std::string& name, const Summary& s, const std::string& unit) const;
+  // The one record of a cell that produced no numbers: metric "status", value null.
+  Json failure() const;
+
+  const Json& json() const { return json_; }
+
+ private:
+  Json json_;
+};
+
+// A record of bench/impl with config's fields and one metric (the distributed benchmarks, account).
+Json metric_record(const std::string& bench, const std::string& impl, const Json& config,
+                   const std::string& metric, double value, const std::string& unit);
+
+// A record in today's schema: version-1 names (dtype, seq, OOM, message, …; SCHEMA.md lists them)
+// mapped to today's. A record of a newer schema than kSchemaVersion is returned unchanged.
+Json normalize_record(Json record);
+
+}  // namespace lmscale

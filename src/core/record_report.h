@@ -1,0 +1,30 @@
+// `lmscale report`'s work: merge the records of result folders into one folder, rebuild every
+// table from the merged records (never copied from a run), draw the plots (`python -m
+// lmscale.plots report`) and write an index linking every table, plot and file.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/results.h"
+
+namespace lmscale {
+
+struct ReportOptions {
+  std::vector<std::string> inputs;  // result folders (the --out of benchmark runs), searched recursively
+  std::string out = "docs/results";
+  bool plots = true;
+};
+
+struct ReportSummary {
+  size_t new_records = 0;    // records added to the output folder
+  size_t skipped_lines = 0;  // damaged lines skipped (each warned about with file:line)
+  size_t newer_records = 0;  // records of a newer schema, passed through unchanged
+  std::vector<std::string> tables, plots, files;  // what the folder holds, relative to it
+  std::string plot_problem;  // why the plots were not drawn ("" when they were, or were not asked for)
+};
+
+// Merges, rebuilds, plots and indexes; progress goes to stdout, warnings to stderr. Throws
+// ResultWriteError when something could not be written.
+ReportSummary write_report(const ReportOptions& options);
+
+}  // namespace lmscale

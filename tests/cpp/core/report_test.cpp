@@ -1,0 +1,160 @@
+// `lmscale report`: tables rebuilt from merged records (two folders of one bench make one table;
+// a table in a run folder is never copied), an index, damaged input skipped with file:line, and
+// paths with quotes, spaces, $() and ; reaching the plot subprocesses as plain arguments.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/python_module.h"
+#include "core/record.h"
+#include "core/record_table.h"
+#include "core/results.h"
+#include "support/run_cli.h"
+
+namespace lmscale {
+namespace {
+
+using testing::run_cli_argv;
+using testing::read_text;
+using testing::temp_dir;
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  ::mkdir(path.substr(0, path.rfind('/')).c_str(), 0755);
+  std::ofstream(path) << text;
+}
+
+// A ddp record as a run on `gpu` would write it.
+std::string ddp_line(const std::string& gpu, const std::string& impl, double ms) {
+  Json j = Record("ddp", impl).update(Json{{"size", "tiny"}, {"precision", "fp32"}, {"world", 2}}).metric("step_ms", ms, "ms");
+  j["gpu"] = gpu;
+  return j.dump() + "\n";
+}
+
+// Whether the interpreter the binary will start can draw (matplotlib) and find lmscale.plots.
+bool can_plot() {
+  const auto r = run_process(python_module_command("lmscale.plots", {"--help"}).argv,
+                             [] {
+                               ProcessOptions o;
+                               o.capture_stdout = true;
+                               o.merge_stderr = true;
+                               o.env = python_module_command("lmscale.plots", {}).env;
+                               return o;
+                             }());
+  return r.ok();
+}
+
+TEST(RecordsTable, OneRowPerCellConstantsOnceFailuresWithReasons) {
+  std::vector<Json> records;
+  Record a("attention", "flash");
+  a.update(Json{{"context", 128}, {"precision", "bf16"}});
+  records.push_back(a.metric("fwd_ms", 1.5, "ms"));
+  records.push_back(a.metric("bwd_ms", 3.0, "ms"));
+  Record b("attention", "flash");
+  b.update(Json{{"context", 256}, {"precision", "bf16"}}).set_status(Status::oom, "out of memory");
+  records.push_back(b.metric("fwd_ms", nullptr, "ms"));
+  const std::string md = records_table("attention", records);
+  EXPECT_NE(md.find("Every row:"), std::string::npos) << md;
+  EXPECT_NE(md.find("precision bf16"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 128 "), std::string::npos) << md;
+  EXPECT_NE(md.find("| oom "), std::string::npos) << md;
+  EXPECT_NE(md.find("out of memory"), std::string::npos) << md;
+  EXPECT_NE(md.find("fwd_ms (ms)"), std::string::npos) << md;
+  EXPECT_NE(md.find("commit"), std::string::npos) << md;  // provenance of the run
+}
+
+TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
+  const std::string root = temp_dir("report");
+  write_file(root + "/run1/ddp.jsonl", ddp_line("GPU-A", "lmscale-naive", 10) + ddp_line("GPU-A", "lmscale-bucketed", 7));
+  write_file(root + "/run1/ddp.md", "COPIED TABLE FROM RUN 1\n");
+  write_file(root + "/run2/ddp.jsonl", ddp_line("GPU-B", "lmscale-naive", 11));
+  write_file(root + "/run2/ddp.md", "COPIED TABLE FROM RUN 2\n");
+  // An old (version 1) attention record and a line cut by a full disk.
+  write_file(root + "/run2/attention.jsonl",
+             R"({"bench":"attention","impl":"torch-naive","seq":64,"dtype":"fp32","metric":"fwd_ms","value":0.5,"unit":"ms","gpu":"cpu","commit":"abc","date":"2026-11-01T00:00:00Z","command":"lmscale bench attention"})"
+             "\n"
+             R"({"attention":"naive","batch":4,"bench)");
+  write_file(root + "/run2/garbage.jsonl", "\x01\x02 not json\n");
+  write_file(root + "/run2/empty.jsonl", "");
+  const std::string out = root + "/out";
+  auto r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/run2", "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ddp = read_text(out + "/ddp.md");
+  EXPECT_EQ(ddp.find("COPIED"), std::string::npos) << "a run's table was copied:\n" << ddp;
+  EXPECT_NE(ddp.find("GPU-A"), std::string::npos) << ddp;
+  EXPECT_NE(ddp.find("GPU-B"), std::string::npos) << ddp;
+  EXPECT_NE(ddp.find("lmscale-bucketed"), std::string::npos) << ddp;
+  EXPECT_EQ(read_jsonl(out + "/ddp.jsonl").size(), 3u);
+  // The old record is merged in today's names; the cut line and the garbage are skipped by name.
+  const auto attention = read_jsonl(out + "/attention.jsonl");
+  ASSERT_EQ(attention.size(), 1u);
+  EXPECT_EQ(attention[0]["context"], 64);
+  EXPECT_EQ(attention[0]["precision"], "fp32");
+  EXPECT_NE(r.output.find(root + "/run2/attention.jsonl:2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(root + "/run2/garbage.jsonl:1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 damaged lines skipped"), std::string::npos) << r.output;
+  const std::string index = read_text(out + "/index.md");
+  EXPECT_NE(index.find("(ddp.md)"), std::string::npos) << index;
+  EXPECT_NE(index.find("(attention.md)"), std::string::npos) << index;
+
+  // Running it again adds nothing.
+  r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/run2", "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("report: 0 new records"), std::string::npos) << r.output;
+  EXPECT_EQ(read_jsonl(out + "/ddp.jsonl").size(), 3u);
+}
+
+TEST(Report, PathsAreNeverReadByAShell) {
+  const std::string root = temp_dir("inject");
+  write_file(root + "/run/comm.jsonl",
+             [] {
+               std::string s;
+               for (double mb : {1.0, 4.0})
+                 for (const char* m : {"algbw", "busbw"})
+                   s += Record("comm", "lmscale-c10d-gloo")
+                            .update(Json{{"backend", "gloo"}, {"op", "all_reduce"}, {"world", 2},
+                                         {"size_bytes", mb * (1 << 20)}})
+                            .metric(m, mb, "GB/s")
+                            .dump() +
+                        "\n";
+               return s;
+             }());
+  const bool plots = can_plot();
+  for (const std::string& out : {root + "/x';touch " + root + "/PWNED;'", root + "/a b $(touch " + root + "/PWNED2) ; c`touch " + root + "/PWNED3`"}) {
+    auto r = run_cli_argv({"report", "--in", root + "/run", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(exists(out + "/index.md")) << r.output;
+    EXPECT_TRUE(exists(out + "/comm.md")) << r.output;
+    if (plots) EXPECT_TRUE(exists(out + "/comm.png")) << r.output;
+    else EXPECT_NE(r.output.find("run it later"), std::string::npos) << r.output;
+  }
+  for (const char* f : {"/PWNED", "/PWNED2", "/PWNED3"}) EXPECT_FALSE(exists(root + f)) << "a shell ran " << f;
+}
+
+// `lmscale memory` draws its timeline through the same call (memory snapshots need a GPU, so the
+// call is tested here with the paths a user could give --out).
+TEST(Report, MemoryPlotPathsAreNeverReadByAShell) {
+  const std::string dir = temp_dir("inject-mem") + "/q'uote $(touch PWNED); `touch PWNED2` x";
+  ::mkdir(dir.c_str(), 0755);
+  const std::string timeline = dir + "/memory_tiny_timeline.json";
+  std::ofstream(timeline) << R"({"event_index":[0,1,2],"active_bytes":[0,1024,512],"peak":{"event":1,"bytes":1024},
+                                 "phases":[{"phase":"forward","first":0,"last":2}],
+                                 "config":{"size":"tiny","context":16,"batch":1,"precision":"fp32","mode":"forward",
+                                           "gpu":"cpu","commit":"abc","date":"2026-11-23T00:00:00Z"}})";
+  const std::string png = dir + "/memory_tiny_timeline.png";
+  const std::string problem = run_python_module("lmscale.plots", {"memory", timeline, png}, {}, "matplotlib");
+  if (can_plot())
+    EXPECT_TRUE(problem.empty() && exists(png)) << problem;
+  else
+    EXPECT_NE(problem.find("run it later"), std::string::npos) << problem;
+  EXPECT_FALSE(exists("PWNED") || exists(dir + "/PWNED") || exists("PWNED2"));
+}
+
+}  // namespace
+}  // namespace lmscale

@@ -1,0 +1,272 @@
+// Results that cannot be lost silently: the record builder's schema, old records read in today's
+// names, a failing disk (injected, and a real tiny tmpfs when this runs as root) leaving only whole
+// lines and an error naming the path, concurrent writers never interleaving, and readers that skip
+// damaged lines with file:line and go on.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "core/process.h"
+#include "core/record.h"
+#include "core/results.h"
+#include "support/run_cli.h"
+
+namespace lmscale {
+namespace {
+
+using testing::read_text;
+using testing::temp_dir;
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream f(path);
+  for (std::string l; std::getline(f, l);) out.push_back(l);
+  return out;
+}
+
+// A whole JSON object (not a line cut short).
+bool is_record(const std::string& line) { return Json::parse(line, nullptr, false).is_object(); }
+
+std::vector<Json> some_records(int n, size_t pad = 0) {
+  std::vector<Json> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(Record("test", "writer").set("i", i).set("pad", std::string(pad, 'x')).metric("m", i, "ms"));
+  return out;
+}
+
+// Restores ::write after each test, whatever it installed.
+struct WriteHookGuard {
+  ~WriteHookGuard() { set_write_hook({}); }
+};
+
+TEST(Record, CarriesSchemaStatusProvenanceAndMetric) {
+  Record r("e2e", "lmscale");
+  r.set(field::context, 128).set(field::precision, "bf16");
+  Summary s;
+  s.mean = 2.5;
+  s.std = 0.1;
+  s.n = 5;
+  const Json j = r.metric("step_ms", s, "ms");
+  EXPECT_EQ(j[field::schema], kSchemaVersion);
+  EXPECT_EQ(j[field::status], "ok");
+  EXPECT_FALSE(j.contains(field::reason));
+  EXPECT_EQ(j[field::value], 2.5);
+  EXPECT_EQ(j[field::std_dev], 0.1);
+  EXPECT_EQ(j[field::n], 5);
+  EXPECT_EQ(j[field::context], 128);
+  for (const char* k : {field::gpu, field::commit, field::date, field::command}) EXPECT_TRUE(j.contains(k)) << k;
+
+  const Json f = r.set_status(Status::oom, "CUDA out of memory").failure();
+  EXPECT_EQ(f[field::status], "oom");
+  EXPECT_EQ(f[field::reason], "CUDA out of memory");
+  EXPECT_EQ(f[field::metric], kStatusMetric);
+  EXPECT_TRUE(f[field::value].is_null());
+  EXPECT_EQ(Record("x", "y").set_status("OOM").status(), Status::oom);  // old spelling read once
+}
+
+TEST(Record, OldRecordsReadInTodaysNames) {
+  const Json attention = normalize_record(Json::parse(
+      R"({"bench":"attention","impl":"torch-naive","seq":256,"dtype":"bf16","metric":"fwd_ms","value":null,
+          "unit":"ms","status":"OOM","error":"CUDA out of memory"})"));
+  EXPECT_EQ(attention[field::context], 256);
+  EXPECT_EQ(attention[field::precision], "bf16");
+  EXPECT_FALSE(attention.contains("seq"));
+  EXPECT_FALSE(attention.contains("dtype"));
+  EXPECT_EQ(attention[field::status], "oom");
+  EXPECT_EQ(attention[field::reason], "CUDA out of memory");
+  EXPECT_EQ(attention[field::schema], kSchemaVersion);
+
+  const Json ddp = normalize_record(Json::parse(
+      R"({"bench":"ddp","impl":"lmscale-naive","metric":"step_time","value":12.5,"unit":"ms"})"));
+  EXPECT_EQ(ddp[field::metric], "step_ms");
+  EXPECT_EQ(ddp[field::status], "ok");
+  const Json zero = normalize_record(Json::parse(R"({"bench":"zero","metric":"peak_allocated","value":8,"unit":"B"})"));
+  EXPECT_EQ(zero[field::unit], "bytes");
+  const Json lab = normalize_record(Json::parse(R"({"bench":"lab","metric":"error","value":"no CUDA","unit":""})"));
+  EXPECT_EQ(lab[field::status], "error");
+  EXPECT_EQ(lab[field::reason], "no CUDA");
+  EXPECT_TRUE(lab[field::value].is_null());
+
+  const Json newer = Json::parse(R"({"schema":99,"bench":"e2e","metric":"m","value":1,"dtype":"kept","future":[1]})");
+  EXPECT_EQ(normalize_record(newer), newer);  // passed through untouched, never dropped
+}
+
+TEST(ResultsWriter, AppendsWholeLines) {
+  const std::string path = temp_dir("writer") + "/sub/r.jsonl";  // the folder is created
+  append_jsonl(path, some_records(3));
+  append_jsonl(path, some_records(2));
+  const auto lines = lines_of(path);
+  ASSERT_EQ(lines.size(), 5u);
+  for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << l;
+}
+
+TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
+  WriteHookGuard guard;
+  const std::string path = temp_dir("full") + "/e2e.jsonl";
+  append_jsonl(path, some_records(2));
+  // The disk takes two more lines, then half of the third, then nothing.
+  int calls = 0;
+  set_write_hook([&](int fd, const void* data, size_t size) -> long {
+    ++calls;
+    if (calls <= 2) return ::write(fd, data, size);
+    if (calls == 3) return ::write(fd, data, size / 2);
+    errno = ENOSPC;
+    return -1;
+  });
+  const int failures = result_write_failures();
+  try {
+    append_jsonl(path, some_records(5));
+    FAIL() << "a full disk must not pass silently";
+  } catch (const ResultWriteError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ENOSPC"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("3 of 5 records not written"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(result_write_failures(), failures + 1);
+  set_write_hook({});
+  const auto lines = lines_of(path);
+  EXPECT_EQ(lines.size(), 4u);  // 2 + 2 whole lines; the half line was cut off
+  for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << "a partial line was left: " << l;
+  EXPECT_EQ(read_text(path).back(), '\n');
+}
+
+TEST(ResultsWriter, IoErrorIsNamed) {
+  WriteHookGuard guard;
+  const std::string path = temp_dir("eio") + "/r.jsonl";
+  set_write_hook([](int, const void*, size_t) -> long {
+    errno = EIO;
+    return -1;
+  });
+  try {
+    append_jsonl(path, some_records(1));
+    FAIL() << "an I/O error must not pass silently";
+  } catch (const ResultWriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("EIO"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1 of 1 records"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ResultsWriter, TablesAreReplacedWholeOrNotAtAll) {
+  WriteHookGuard guard;
+  const std::string dir = temp_dir("table");
+  const std::string path = dir + "/e2e.md";
+  write_text(path, "old table\n");
+  set_write_hook([](int fd, const void* data, size_t size) -> long { return ::write(fd, data, size / 3); });
+  EXPECT_THROW(write_text(path, "a new table that does not fit\n"), ResultWriteError);
+  set_write_hook({});
+  EXPECT_EQ(read_text(path), "old table\n");
+  // No temporary file left behind.
+  const auto ls = run_process({"ls", "-A", dir}, ProcessOptions{true});
+  EXPECT_EQ(ls.output, "e2e.md\n");
+  write_text(path, "new\n");
+  EXPECT_EQ(read_text(path), "new\n");
+}
+
+TEST(ResultsWriter, ConcurrentProcessesNeverInterleaveALine) {
+  const std::string path = temp_dir("concurrent") + "/r.jsonl";
+  // Lines longer than PIPE_BUF and a page, so a non-atomic writer would show torn lines.
+  constexpr int kWriters = 4, kBatches = 50, kPerBatch = 4;
+  std::vector<pid_t> children;
+  for (int w = 0; w < kWriters; ++w) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        for (int b = 0; b < kBatches; ++b) append_jsonl(path, some_records(kPerBatch, 5000 + 1000 * w));
+      } catch (...) {
+        rc = 1;
+      }
+      _exit(rc);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const auto lines = lines_of(path);
+  EXPECT_EQ(lines.size(), size_t(kWriters * kBatches * kPerBatch));
+  for (const auto& l : lines) ASSERT_TRUE(is_record(l)) << "torn line of " << l.size() << " bytes";
+}
+
+// A real full disk: a 64 KiB tmpfs (needs root and mount; skipped otherwise).
+TEST(ResultsWriter, RealTinyTmpfsFillsUp) {
+  const std::string dir = temp_dir("tmpfs");
+  if (geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0)
+    GTEST_SKIP() << "needs root and mount(2) to make a tiny tmpfs";
+  const std::string path = dir + "/e2e.jsonl";
+  std::string error;
+  int batches = 0;
+  try {
+    for (; batches < 1000; ++batches) append_jsonl(path, some_records(3, 900));
+  } catch (const ResultWriteError& e) {
+    error = e.what();
+  }
+  const auto lines = lines_of(path);
+  ::umount(dir.c_str());
+  EXPECT_NE(error.find("ENOSPC"), std::string::npos) << "64 KiB took " << batches << " batches: " << error;
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_GT(lines.size(), 0u);
+  for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << "partial line on a full disk: " << l.substr(0, 80);
+}
+
+// A benchmark whose records cannot be written says so, names the file, and exits non-zero.
+TEST(ResultsWriter, RunExitsNonZeroWhenItsRecordsCannotBeWritten) {
+  const std::string dir = temp_dir("devfull");
+  ASSERT_EQ(::symlink("/dev/full", (dir + "/e2e.jsonl").c_str()), 0);  // every write: ENOSPC
+  const auto r = testing::run_cli_argv({"bench", "--device", "cpu", "--size", "tiny", "--batch", "2", "--warmup",
+                                        "1", "--steps", "2", "--context", "16", "--out", dir});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(dir + "/e2e.jsonl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ENOSPC"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("wrote "), std::string::npos) << "claims to have written results:\n" << r.output;
+}
+
+TEST(ResultsReader, SkipsDamagedLinesNamingThemAndGoesOn) {
+  const std::string dir = temp_dir("reader");
+  const std::string path = dir + "/e2e.jsonl";
+  const std::string good = some_records(1)[0].dump();
+  {
+    std::ofstream f(path);
+    f << good << "\n"
+      << "garbage\n"
+      << "\n"
+      << "[1,2]\n"
+      << good << "\n"
+      << R"({"schema":99,"bench":"e2e","metric":"new","value":1})" << "\n"
+      << R"({"attention":"naive","batch":4,"bench)";  // a line cut by a full disk
+  }
+  std::ostringstream warnings;
+  ReadStats stats;
+  const auto records = read_records(path, &stats, &warnings);
+  EXPECT_EQ(records.size(), 3u);
+  EXPECT_EQ(stats.records, 3u);
+  EXPECT_EQ(stats.skipped, 3u);
+  EXPECT_EQ(stats.newer, 1u);
+  EXPECT_NE(warnings.str().find(path + ":2:"), std::string::npos) << warnings.str();
+  EXPECT_NE(warnings.str().find(path + ":4:"), std::string::npos) << warnings.str();
+  EXPECT_NE(warnings.str().find(path + ":7:"), std::string::npos) << warnings.str();
+  EXPECT_EQ(records[2]["schema"], 99);  // kept as written
+
+  std::ofstream(dir + "/empty.jsonl").close();
+  ReadStats none;
+  EXPECT_TRUE(read_records(dir + "/empty.jsonl", &none, &warnings).empty());
+  EXPECT_EQ(none.skipped, 0u);
+  EXPECT_THROW(read_records(dir + "/missing.jsonl"), std::exception);
+}
+
+TEST(RunCommand, IsQuotedSoItCanBePastedBack) {
+  EXPECT_EQ(display_command({"lmscale", "report", "--out", "a b", "it's"}),
+            "lmscale report --out 'a b' 'it'\\''s'");
+}
+
+}  // namespace
+}  // namespace lmscale

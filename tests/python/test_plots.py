@@ -1,0 +1,97 @@
+"""lmscale.plots: every plot is drawn from records alone, has only panels with data, and names the
+GPU, commit and date in a title that fits inside the picture."""
+import json
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+
+from lmscale import plots  # noqa: E402
+from lmscale.plots import __main__ as cli  # noqa: E402
+from lmscale.plots import attention, comm, distributed, e2e, memory  # noqa: E402
+
+RUN = {"gpu": "TestGPU 80GB", "commit": "abc1234", "date": "2026-11-23T10:00:00Z", "command": "lmscale x",
+       "schema": 2, "status": "ok"}
+
+
+def write(folder, bench, records):
+    with open(folder / f"{bench}.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps({**RUN, "bench": bench, **r}) + "\n")
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure saved, kept open long enough to be inspected."""
+    saved = []
+    original = plots.save
+
+    def keep(fig, what, records, path):
+        out = original(fig, what, records, path)
+        saved.append((fig, out, fig._suptitle.get_text()))
+        return out
+
+    for module in (e2e, comm, distributed, attention, memory):
+        monkeypatch.setattr(module, "save", keep)
+    return saved
+
+
+def check(figure_entry):
+    fig, path, title = figure_entry
+    assert path.exists() and path.stat().st_size > 0
+    assert "TestGPU 80GB" in title and "abc1234" in title and "2026-11-23" in title, title
+    for ax in fig.axes:
+        assert ax.lines or ax.patches, f"empty panel '{ax.get_title()}' in {path.name}"
+
+
+def test_cpu_run_of_one_mode_draws_one_panel(tmp_path, figures):
+    write(tmp_path, "e2e", [
+        {"impl": "lmscale", "size": "tiny", "precision": "fp32", "mode": "train-step", "attention": "naive",
+         "context": c, "batch": 2, "metric": "step_ms", "value": 1.0 + c / 100, "unit": "ms"} for c in (16, 32)])
+    assert e2e.plot_step_times(tmp_path) == tmp_path / "e2e.png"
+    assert e2e.plot_compare(tmp_path) is None  # one implementation: nothing to compare
+    assert len(figures) == 1 and len(figures[0][0].axes) == 1
+    check(figures[0])
+
+
+def test_comm_ddp_zero_attention(tmp_path, figures):
+    write(tmp_path, "comm", [
+        {"impl": "lmscale-c10d-gloo", "backend": "gloo", "op": "all_reduce", "world": 2, "size_bytes": s,
+         "metric": m, "value": s / 1e6, "unit": "GB/s"} for s in (1 << 20, 1 << 24) for m in ("algbw", "busbw")])
+    write(tmp_path, "ddp", [
+        {"impl": impl, "size": "tiny", "precision": "fp32", "world": 2, "backend": "gloo", "metric": m,
+         "value": v, "unit": "ms", **({"bucket_mb": 25} if impl.endswith("bucketed") else {})}
+        for impl in ("lmscale-naive", "lmscale-bucketed")
+        for m, v in (("step_ms", 10.0), ("fwd_bwd_ms", 6.0), ("exposed_comm_ms", 3.0), ("optimizer_ms", 1.0))])
+    write(tmp_path, "zero", [
+        {"impl": impl, "size": "tiny", "precision": "fp32", "world": 2, "metric": m, "value": v,
+         "unit": "bytes" if m != "step_ms" else "ms"}
+        for impl in ("lmscale-unsharded", "lmscale-sharded")
+        for m, v in (("param_bytes", 2**30), ("grad_bytes", 2**30), ("optimizer_state_bytes", 2**31),
+                     ("step_ms", 5.0))])
+    write(tmp_path, "attention", [
+        {"impl": impl, "mode": "sweep", "precision": "bf16", "head_dim": 64, "context": c, "causal": True,
+         "batch": 1, "heads": 1, "metric": m, "value": c / 1000, "unit": "ms"}
+        for impl in ("flash", "torch-naive") for c in (128, 256) for m in ("fwdbwd_ms", "fwdbwd_tflops")])
+    assert cli.main(["report", str(tmp_path)]) == 0
+    names = sorted(entry[1].name for entry in figures)
+    assert names == ["attention.png", "comm.png", "ddp.png", "zero.png"]
+    for entry in figures:
+        check(entry)
+
+
+def test_memory_timeline_reads_old_and_new_config(tmp_path, figures):
+    timeline = {"event_index": [0, 1, 2], "active_bytes": [0, 2**30, 2**29], "peak": {"event": 1, "bytes": 2**30},
+                "phases": [{"phase": "forward", "first": 0, "last": 2}],
+                "config": {"size": "tiny", "context": 16, "batch": 1, "dtype": "fp32", "mode": "forward",
+                           "gpu": "TestGPU 80GB", "commit": "abc1234", "date": "2026-11-23T10:00:00Z"}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(timeline))
+    assert cli.main(["memory", str(path), str(tmp_path / "t.png")]) == 0
+    check(figures[0])
+    assert "fp32" in figures[0][2]
+
+
+def test_empty_folder_draws_nothing(tmp_path, figures):
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert figures == []
