@@ -27,14 +27,21 @@ stage() {  # stage NAME SECONDS CMD... : run inside RES with a time limit, log, 
 }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 stage build "${BUILD_S:-300}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
-stage tests "${TESTS_S:-200}" "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_output=json:tests.json
+# The GPU tests first (the CPU ones also run in CI; some take 10-30 s each), then the rest.
+GPU_TESTS=${GPU_TESTS:-'*Flash*:*Hopper*:*Fused*:*CudaGraph*:*Rope*:*AdamW*:*Gpu*:*Nccl*'}
+stage gpu-tests "${GPU_TESTS_S:-150}" "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_filter="$GPU_TESTS" \
+  --gtest_output=json:gpu_tests.json
+stage tests "${TESTS_S:-200}" "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_filter="-$GPU_TESTS" \
+  --gtest_output=json:tests.json
 stage e2e "${E2E_S:-90}" "$BIN" bench --size small,xl,2.7B --context 512 --warmup 3 --steps 10 --out e2e
 # small: a real capture failure (a synchronize inside the capture) -> eager fallback with a note;
 # medium: a capture error that escapes -> recorded capture-failed; large still measured after both.
-LMSCALE_INJECT_CAPTURE_SYNC=small LMSCALE_INJECT_FAULT=capture@medium stage capture-fault 90 "$BIN" bench \
+LMSCALE_INJECT_CAPTURE_SYNC=small LMSCALE_INJECT_FAULT=capture@medium stage capture-fault "${CAPTURE_S:-90}" "$BIN" bench \
   --size small,medium,large --context 128 --warmup 1 --steps 3 --out capture_fault
 stage attention "${ATTN_S:-60}" "$BIN" bench attention --leaderboard \
   --impl lmscale-flash,lmscale-fa2,sdpa-flash,sdpa-cudnn --out attention
-stage python "${PY_S:-120}" bash "$ROOT/scripts/gpu/gpu_python.sh" "$RES/python"
+# CUDA Python tests first (fp32 kernel accuracy, opcheck and torch.compile on CUDA), then the rest.
+LMSCALE_PYTEST_K=${LMSCALE_PYTEST_K:-cuda or fp32 or gpu} stage python-gpu "${PY_S:-120}" \
+  bash "$ROOT/scripts/gpu/gpu_python.sh" "$RES/python"
 pack
 tail -n 3 "$RES"/tests.log; cat "$RES"/e2e/e2e.md 2>/dev/null | tail -n 12

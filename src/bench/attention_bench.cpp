@@ -23,7 +23,6 @@
 #include "model/attention.h"
 #include "ops/flash_attention.h"
 #ifdef LMSCALE_HAS_KERNELS
-#include "kernels/flash_params.h"
 #endif
 
 namespace lmscale {
@@ -66,19 +65,14 @@ class SdpaOnly {
 // the sm_90a kernels and the mma.sync ones can be compared in one run; lmscale-flash is the automatic
 // choice. The backward runs the mma.sync kernels in all three.
 AttentionFn forced_path_fn(const std::string& impl) {
-#ifdef LMSCALE_HAS_KERNELS
-  const auto path = impl == "lmscale-hopper" ? kernels::FlashPath::kHopper : kernels::FlashPath::kMmaSync;
+  const std::string path = impl == "lmscale-hopper" ? "hopper" : "mma-sync";
   return [path](auto& q, auto& k, auto& v, bool c) {
     struct Restore {
-      kernels::FlashPath saved = kernels::default_flash_path();
-      ~Restore() { kernels::set_default_flash_path(saved); }
-    } restore;
-    kernels::set_default_flash_path(path);
+      std::string saved;
+      ~Restore() { ops::set_flash_forward_path(saved); }
+    } restore{ops::set_flash_forward_path(path)};
     return ops::flash_attention(q, k, v, c);
   };
-#else
-  TORCH_CHECK(false, "bench attention: ", impl, " needs the CUDA kernels, which this build does not have");
-#endif
 }
 
 AttentionFn impl_fn(const std::string& impl) {

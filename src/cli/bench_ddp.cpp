@@ -45,14 +45,8 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
              "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
              "naming the rank, collective, step and missing ranks.");
   app.callback([o, st] {
-    o->size = st->size.front();
-    o->model = model_override(*st);
-    o->context = st->context.front();
+    copy_common_step_fields(*st, *o);
     o->precisions = st->precision;
-    o->impls = st->impl;
-    o->batch = st->batch;
-    o->warmup = static_cast<int>(st->warmup);
-    o->steps = static_cast<int>(st->steps);
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";
   });

@@ -84,7 +84,7 @@ CLI::Validator one_of(const std::string& what, std::vector<std::string> choices)
       [what, choices](const std::string& v) -> std::string {
         if (std::find(choices.begin(), choices.end(), v) != choices.end()) return "";
         const std::string near = nearest(v, choices);
-        return "'" + v + "' is not a " + what + (near.empty() ? "" : ": did you mean '" + near + "'?") +
+        return "'" + v + "' is not " + (std::string("aeiou").find(what[0]) != std::string::npos ? "an " : "a ") + what + (near.empty() ? "" : ": did you mean '" + near + "'?") +
                " (one of " + join(choices) + ")";
       },
       "{" + join(choices, ",") + "}", what);

@@ -71,6 +71,19 @@ std::vector<ModelConfig> models(const StepArgs& a);
 // first --size when it is custom or its attention is not the default naive, else nothing.
 std::optional<ModelConfig> model_override(const StepArgs& a);
 
+// The fields every distributed benchmark's options share (bench ddp, bench zero), copied from the
+// step flags once the command line is parsed; precision stays with the caller (a list or one value).
+template <class DistributedBenchOptions>
+void copy_common_step_fields(const StepArgs& a, DistributedBenchOptions& o) {
+  o.size = a.size.front();
+  o.model = model_override(a);
+  o.context = a.context.front();
+  o.impls = a.impl;
+  o.batch = a.batch;
+  o.warmup = static_cast<int>(a.warmup);
+  o.steps = static_cast<int>(a.steps);
+}
+
 // One point of the grid the lists span.
 struct StepPoint {
   std::string size;

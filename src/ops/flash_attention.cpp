@@ -226,6 +226,22 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
 
 }  // namespace
 
+std::string set_flash_forward_path(const std::string& path) {
+#ifdef LMSCALE_HAS_KERNELS
+  using kernels::FlashPath;
+  auto name = [](FlashPath p) { return p == FlashPath::kHopper ? "hopper" : p == FlashPath::kMmaSync ? "mma-sync" : "auto"; };
+  TORCH_CHECK(path == "auto" || path == "hopper" || path == "mma-sync", "flash forward path '", path,
+              "' is not one of auto, hopper, mma-sync");
+  const FlashPath before = kernels::default_flash_path();
+  kernels::set_default_flash_path(path == "hopper" ? FlashPath::kHopper
+                                  : path == "mma-sync" ? FlashPath::kMmaSync
+                                                       : FlashPath::kAuto);
+  return name(before);
+#else
+  TORCH_CHECK(false, "choosing the flash forward path needs the CUDA kernels, which this build does not have");
+#endif
+}
+
 bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 #ifdef LMSCALE_HAS_KERNELS
   if (dtype != at::kBFloat16 && dtype != at::kHalf && dtype != at::kFloat) return false;

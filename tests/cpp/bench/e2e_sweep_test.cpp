@@ -172,9 +172,9 @@ TEST(BenchCompare, ResumeMeasuresOnlyWhatIsMissing) {
 
 TEST(BenchCompare, BadBaselineOrScopeFailsFast) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--compare torch-jit", "use torch-eager, torch-compile and/or torch-compile-ro"},
-      {"--compare torch-eager --baseline-scope everything", "use model"},
-      {"--compare torch-eager --compile-scope everything", "use --baseline-scope model or naive"}};
+      {"--impl lmscale,torch-jit", "'torch-jit' is not an implementation (one of lmscale, torch-eager, torch-compile, torch-compile-ro)"},
+      {"--impl lmscale,torch-eager --baseline-scope everything", "not a baseline scope (one of model, naive)"},
+      {"--impl lmscale,torch-eager --compile-scope everything", "not a compile scope (one of blocks, model)"}};
   for (const auto& [args, must_mention] : cases) {
     auto r = run_cli(std::string(kTiny) + args + " --out " + temp_dir("scope"));
     EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
