@@ -202,3 +202,9 @@ ARGS = None
 
 if __name__ == "__main__":
     main()
+    # torch 2.11 CPU processes that ran autograd over Gloo abort in interpreter teardown now and then
+    # ("terminate called without an active exception", seen ~1 run in 15; tests/python/dist_util.py):
+    # every record is written and the group destroyed by now, so leave without the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
