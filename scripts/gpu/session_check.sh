@@ -44,6 +44,13 @@ want capture-fault && LMSCALE_INJECT_CAPTURE_SYNC=small LMSCALE_INJECT_FAULT=cap
   --size small,medium,large --context 128 --warmup 1 --steps 3 --out capture_fault
 want attention && stage attention "${ATTN_S:-60}" "$BIN" bench attention --leaderboard \
   --impl lmscale-flash,lmscale-fa2,sdpa-flash,sdpa-cudnn --out attention
+# Optional stages (name them in STAGES): the kernel profile of the default bf16 step (issue 16's gap
+# profile: top kernels, launches and kernel time against wall time per phase), and the strongest
+# PyTorch baselines beside lmscale at one size in the same run (torch.compile takes minutes per size).
+want profile && stage profile "${PROFILE_S:-120}" "$BIN" profile --size "${PROFILE_SIZE:-xl}" --context 512 \
+  --precision bf16 --attention flash --top 15 --out profile
+want baselines && stage baselines "${BASELINES_S:-300}" "$BIN" bench --size "${BASELINE_SIZES:-small}" --context 512 \
+  --impl lmscale,torch-eager,torch-compile,torch-compile-ro --warmup 3 --steps 10 --out baselines
 # CUDA Python tests first (fp32 kernel accuracy, opcheck and torch.compile on CUDA), then the rest.
 want python-gpu && LMSCALE_PYTEST_K=${LMSCALE_PYTEST_K:-cuda or fp32 or gpu} stage python-gpu "${PY_S:-120}" \
   bash "$ROOT/scripts/gpu/gpu_python.sh" "$RES/python"
