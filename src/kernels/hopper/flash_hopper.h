@@ -14,4 +14,11 @@ std::string fwd_unsupported_reason(const FlashParams& p);
 // Launches the Hopper forward on `stream` (a cudaStream_t); throws std::runtime_error on CUDA errors.
 void run_fwd(const FlashParams& p, void* stream);
 
+// Empty when the Hopper backward can run `p` (the forward's conditions, plus dout TMA-describable).
+std::string bwd_unsupported_reason(const FlashParams& p);
+
+// Launches the Hopper backward's main kernel only: it reads p.dsum and adds into p.dq_accum, so the
+// preprocess runs before it and the dQ conversion after (run_bwd_steps, flash_bwd_hopper_steps.cuh).
+void run_bwd(const FlashParams& p, void* stream);
+
 }  // namespace lmscale::kernels::hopper

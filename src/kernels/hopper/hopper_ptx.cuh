@@ -107,6 +107,19 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma operands),
+// PTX 9.7.12.4: the backward writes dS with st.shared and then names it in a wgmma descriptor.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Four adjacent fp32 adds into global memory with no result (PTX 9.7.13.6, red .v4.f32 needs sm_90):
+// the backward's dQ accumulation; dst must be 16-byte aligned.
+__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
