@@ -10,6 +10,7 @@
 //   flash_hopper_probe small [D]                one small config per kernel (for compute-sanitizer)
 //   flash_hopper_probe bwd_check [D]            backward: dQ, dK, dV vs fp64, same grid as check (mma.sync beside)
 //   flash_hopper_probe bwd_small [D]            one small backward per kernel (for compute-sanitizer)
+//   flash_hopper_probe bwd_variants             every backward variant (bwd_variants(D)) vs fp64 on odd sizes
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
@@ -31,6 +32,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/flash_bwd_launch.cuh"
 #include "kernels/flash_fwd_launch.cuh"
+#include "kernels/hopper/flash_bwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_bwd_hopper_steps.cuh"
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
@@ -384,11 +386,33 @@ BwdRef reference_bwd_head(const std::vector<double>& q, const std::vector<double
   return r;
 }
 
+// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: pipelined or one
+// tile at a time (Note [bwd pipeline]), 64- or 128-query tiles (Note [dQ split]).
+struct BwdVariant {
+  const char* name;
+  void (*fn)(const lk::FlashParams&);
+};
+template <int D, int kPipelined, int kBlockM>
+BwdVariant bwd_variant(const char* name) {
+  return {name, [](const lk::FlashParams& p) {
+            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kPipelined, kBlockM>>(pp, st);
+            });
+          }};
+}
+std::vector<BwdVariant> bwd_variants(int d) {
+  if (d == 64)
+    return {bwd_variant<64, 1, 64>("m64-pipelined"), bwd_variant<64, 0, 64>("m64-one-tile"),
+            bwd_variant<64, 0, 128>("m128")};
+  if (d == 80) return {bwd_variant<80, 1, 64>("m64-pipelined"), bwd_variant<80, 0, 64>("m64-one-tile")};
+  return {};
+}
+
 // Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one
 // (same inputs, outputs NaN-poisoned before each) are compared with fp64 on sampled rows. Error per
 // gradient: max |got - want| / max(max |want|, 1); the case fails on the Hopper error only (mma.sync's
 // is printed beside it as the established kernel's error on the same data).
-int check_bwd_case(const Case& c, std::mt19937& rng) {
+int check_bwd_case(const Case& c, std::mt19937& rng, const BwdVariant* variant = nullptr) {
   const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<uint16_t> hq(L.elems), hk(L.elems), hv(L.elems), hdo(L.elems);
@@ -452,13 +476,23 @@ int check_bwd_case(const Case& c, std::mt19937& rng) {
     }
   };
   double eh[3], em[3];
-  errors([&](const lk::FlashParams& pp) { c.bf16 ? run_hopper_bwd<__nv_bfloat16>(pp) : run_hopper_bwd<__half>(pp); }, eh);
+  errors(
+      [&](const lk::FlashParams& pp) {
+        if (variant)
+          variant->fn(pp);
+        else if (c.bf16)
+          run_hopper_bwd<__nv_bfloat16>(pp);
+        else
+          run_hopper_bwd<__half>(pp);
+      },
+      eh);
   errors([&](const lk::FlashParams& pp) { c.bf16 ? run_mma_sync_bwd<__nv_bfloat16>(pp) : run_mma_sync_bwd<__half>(pp); },
          em);
   free_bwd(bb);
   // bf16 / fp16 outputs and P, dS rounded to the input dtype before their GEMMs, fp32 accumulation.
   const double tol = c.bf16 ? 2e-2 : 5e-3;
   const bool ok = eh[0] < tol && eh[1] < tol && eh[2] < tol;
+  if (variant) std::printf("[%s] ", variant->name);
   std::printf("bwd_check %s d=%-3d b=%d h=%d s=%-5d causal=%d %s ld=%-3d  hopper dQ %.2e dK %.2e dV %.2e  "
               "(mma.sync %.2e %.2e %.2e)  %s\n",
               c.bf16 ? "bf16" : "fp16", c.d, c.b, c.h, c.s, c.causal, c.bshd ? "bshd" : "bhsd", c.ld, eh[0], eh[1],
@@ -484,6 +518,20 @@ int check_bwd(bool small, int only_d) {
         failures += check_bwd_case({1, 2, 300, d, causal, bf, false, d + 8}, rng);  // padded rows
       }
   std::printf("bwd_check: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
+// Every backward variant against fp64 on odd sizes and two layouts (bf16), before it is timed.
+int check_bwd_variants() {
+  int failures = 0;
+  std::mt19937 rng(77);
+  for (int d : {64, 80})
+    for (const BwdVariant& var : bwd_variants(d))
+      for (bool causal : {false, true}) {
+        for (int s : {1, 77, 130, 1000}) failures += check_bwd_case({1, 2, s, d, causal, true, false, d}, rng, &var);
+        failures += check_bwd_case({2, 3, 257, d, causal, true, true, d}, rng, &var);
+      }
+  std::printf("bwd_variants: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }
 
@@ -514,6 +562,11 @@ int time_bwd(const Case& c, int iters) {
               "| fwd+bwd (hopper fwd %.3f): hopper %.3f ms (%.0f)  hopper fwd + mma.sync bwd %.3f ms\n",
               c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, t_hb, bwd_flop / t_hb / 1e9, t_mb,
               bwd_flop / t_mb / 1e9, t_hf, t_hfb, (fwd_flop + bwd_flop) / t_hfb / 1e9, t_mfb);
+  if (c.bf16)
+    for (const BwdVariant& var : bwd_variants(c.d)) {
+      const float t = median_ms([&] { var.fn(p); }, iters);
+      std::printf("  bwd variant %-13s %.3f ms (%.0f TFLOP/s)\n", var.name, t, bwd_flop / t / 1e9);
+    }
   std::fflush(stdout);
   free_bwd(bb);
   return 0;
@@ -530,6 +583,7 @@ int main(int argc, char** argv) {
     if (mode == "variants") return check_variants();
     if (mode == "bwd_check") return check_bwd(false, only_d);
     if (mode == "bwd_small") return check_bwd(true, only_d);
+    if (mode == "bwd_variants") return check_bwd_variants();
     if (mode == "bwd_time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
@@ -543,7 +597,7 @@ int main(int argc, char** argv) {
       return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
     std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
-                 "bwd_check [D] | bwd_small [D] | bwd_time B H S D causal [bf16|fp16] [iters]\n");
+                 "bwd_check [D] | bwd_small [D] | bwd_variants | bwd_time B H S D causal [bf16|fp16] [iters]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

@@ -6,7 +6,7 @@ writing those lists by hand invites typos, so they are generated. Run from the r
     python3 src/kernels/hopper/generate_wgmma.py > src/kernels/hopper/wgmma_ops.cuh
 """
 
-NS = [64, 80, 96, 128, 160, 176, 192]
+NS = [32, 48, 64, 80, 96, 128, 160, 176, 192]
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 
