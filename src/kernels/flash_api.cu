@@ -128,6 +128,8 @@ bool run_hopper_fwd_if_chosen(const FlashParams& p, void* stream) {
 
 // True when the Hopper backward ran (preprocess, sm_90a main kernel, dQ conversion: run_bwd_steps).
 bool run_hopper_bwd_if_chosen(const FlashParams& p, void* stream) {
+  // Auto leaves the head dims where the mma.sync backward measured faster to it.
+  if (effective_path(p) == FlashPath::kAuto && !hopper::bwd_auto_prefers(p)) return false;
   if (!hopper_chosen(p, "run_flash_bwd", hopper::bwd_unsupported_reason)) return false;
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.dtype == FlashDtype::kBF16)

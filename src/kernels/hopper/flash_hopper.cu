@@ -93,6 +93,8 @@ std::string bwd_unsupported_reason(const FlashParams& p) {
   return {};
 }
 
+bool bwd_auto_prefers(const FlashParams& p) { return p.head_dim != 64; }
+
 void run_bwd(const FlashParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const bool ran = p.dtype == FlashDtype::kBF16 ? bwd_for_dtype<__nv_bfloat16>(p, s) : bwd_for_dtype<__half>(p, s);
