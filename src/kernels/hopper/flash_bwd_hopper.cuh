@@ -11,7 +11,7 @@
 //     form] in flash_bwd_kernel.cuh): S^T = K Q^T and dP^T = V dO^T (both operands in shared memory),
 //     P^T = exp2(S^T scale - L), dS^T = P^T ∘ (dP^T - D) in registers; dV += P^T dO and dK += dS^T Q
 //     with P^T / dS^T straight from registers; dS goes to shared memory once (transposed on the store)
-//     for dQ = dS K over all 128 keys of the block (each group computes half of dQ's columns), whose fp32
+//     for dQ = dS K over all 128 keys of the block (each group computes half of it, Note [dQ split]), whose fp32
 //     result is added to dq_accum with 16-byte red.global.add (no second pass over K and V:
 //     docs/flash_notes.md, Hopper backward).
 //
@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       wgmma_ss<T, kBlockM>(acc, da, db, kk > 0);
     }
   };
-  // acc (64 keys x D) += frag^T-side A (registers, 64 keys x 64 queries) * slot (64 queries x D, N-major).
+  // acc (64 keys x D) += frag (P^T or dS^T in registers, 64 keys x kBlockM queries) * slot (kBlockM
+  // queries x D: dO or Q, N-major).
   auto issue_acc_rs = [&](float(&acc)[D / 2], const uint32_t(&frag)[kBlockM / 16][4], uint32_t slot) {
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -227,8 +228,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   const int dq_row0 = C::kDqRowSplit ? wg * 64 : 0;
   const int dq_col0 = C::kDqRowSplit || wg == 0 ? 0 : C::kDqSplit;
   const int dq_cols_added = C::kDqRowSplit ? D : wg == 0 ? C::kDqSplit : C::kDqN;
-  // dQ columns [col0, col0 + N) = dS (64 queries x 128 keys: both groups' tiles in buffer `buf`, K-major,
-  // 128-byte swizzle) * K (128 keys x N, N-major).
+  // dQ columns [col0, col0 + N) of 64 query rows = dS (those rows x 128 keys: both groups' tiles in buffer
+  // `buf`, K-major, 128-byte swizzle) * K (128 keys x N, N-major).
   auto issue_dq = [&](float(&acc)[C::kDqN / 2], int col0, int buf) {
     constexpr int N = C::kDqN;
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
@@ -376,36 +377,35 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       finish_grads(acc_dq, s, m0);
     }
   } else {
-  mbar_wait(&q_full[0], 0);
-  {
-    float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
-    wgmma_fence();
-    issue_sdp(s_acc, dp_acc, 0);
-    softmax_grad(s_acc, dp_acc, 0, m_first * kBlockM, 0);
-  }
-  const int n_tiles = m_tiles - m_first;
+    mbar_wait(&q_full[0], 0);
+    {
+      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
+      wgmma_fence();
+      issue_sdp(s_acc, dp_acc, 0);
+      softmax_grad(s_acc, dp_acc, 0, m_first * kBlockM, 0);
+    }
+    const int n_tiles = m_tiles - m_first;
 #pragma unroll 1
-  for (int it = 1; it < n_tiles; ++it) {
-    const int s = it % kStages, s_prev = (it - 1) % kStages;
-    const int m0 = (m_first + it) * kBlockM;
-    float s_acc[kBlockM / 2], dp_acc[kBlockM / 2], acc_dq[C::kDqN / 2];
-    mbar_wait(&q_full[s], (it / kStages) & 1);
-    wgmma_fence();
-    issue_grads(acc_dq, s_prev, (it - 1) & 1);
-    issue_sdp(s_acc, dp_acc, s);
-    wgmma_wait<2>();  // the gradients of tile it-1 are done; S^T / dP^T of tile it may still run
-    finish_grads(acc_dq, s_prev, m0 - kBlockM);
-    softmax_grad(s_acc, dp_acc, s, m0, it & 1);
-  }
-  {
-    const int s_last = (n_tiles - 1) % kStages;
-    float acc_dq[C::kDqN / 2];
-    wgmma_fence();
-    issue_grads(acc_dq, s_last, (n_tiles - 1) & 1);
-    wgmma_wait<0>();
-    finish_grads(acc_dq, s_last, (m_tiles - 1) * kBlockM);
-  }
-
+    for (int it = 1; it < n_tiles; ++it) {
+      const int s = it % kStages, s_prev = (it - 1) % kStages;
+      const int m0 = (m_first + it) * kBlockM;
+      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2], acc_dq[C::kDqN / 2];
+      mbar_wait(&q_full[s], (it / kStages) & 1);
+      wgmma_fence();
+      issue_grads(acc_dq, s_prev, (it - 1) & 1);
+      issue_sdp(s_acc, dp_acc, s);
+      wgmma_wait<2>();  // the gradients of tile it-1 are done; S^T / dP^T of tile it may still run
+      finish_grads(acc_dq, s_prev, m0 - kBlockM);
+      softmax_grad(s_acc, dp_acc, s, m0, it & 1);
+    }
+    {
+      const int s_last = (n_tiles - 1) % kStages;
+      float acc_dq[C::kDqN / 2];
+      wgmma_fence();
+      issue_grads(acc_dq, s_last, (n_tiles - 1) & 1);
+      wgmma_wait<0>();
+      finish_grads(acc_dq, s_last, (m_tiles - 1) * kBlockM);
+    }
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
