@@ -168,23 +168,35 @@ int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::Flash
   return ok ? 0 : 1;
 }
 
-int check(bool small, int only_d) {
-  std::mt19937 rng(1234);
+// The checked grid: bf16 and fp16 x d 64/80/128 (or only_d) x causal and not x lengths that are not tile
+// multiples, plus heads-inside-rows and padded-row layouts; `small` is one N = 130 case per kernel (for
+// compute-sanitizer). `run` returns the failures of one case; `extra` adds cases per (dtype, d, causal).
+template <typename Run, typename Extra>
+int check_grid(bool small, int only_d, Run&& run, Extra&& extra) {
   int failures = 0;
   for (bool bf : {true, false})
     for (int d : {64, 80, 128})
       for (bool causal : {false, true}) {
         if (only_d && d != only_d) continue;
         if (small) {
-          failures += check_case({1, 2, 130, d, causal, bf, false, d}, rng);
+          failures += run(Case{1, 2, 130, d, causal, bf, false, d});
           continue;
         }
-        for (int s : {1, 17, 130}) failures += check_case({2, 3, s, d, causal, bf, false, d}, rng);
-        for (int s : {1000, 4099}) failures += check_case({1, 2, s, d, causal, bf, false, d}, rng);
-        failures += check_case({2, 3, 257, d, causal, bf, true, d}, rng);       // heads inside rows
-        failures += check_case({1, 2, 300, d, causal, bf, false, d + 8}, rng);  // padded rows
-        failures += check_case({3, 1, 129, d, causal, bf, true, d + 16}, rng);
+        for (int s : {1, 17, 130}) failures += run(Case{2, 3, s, d, causal, bf, false, d});
+        for (int s : {1000, 4099}) failures += run(Case{1, 2, s, d, causal, bf, false, d});
+        failures += run(Case{2, 3, 257, d, causal, bf, true, d});       // heads inside rows
+        failures += run(Case{1, 2, 300, d, causal, bf, false, d + 8});  // padded rows
+        failures += extra(d, causal, bf);
       }
+  return failures;
+}
+
+int check(bool small, int only_d) {
+  std::mt19937 rng(1234);
+  auto run = [&](const Case& c) { return check_case(c, rng); };
+  const int failures = check_grid(small, only_d, run, [&](int d, bool causal, bool bf) {
+    return run(Case{3, 1, 129, d, causal, bf, true, d + 16});  // heads inside padded rows
+  });
   std::printf("check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }
@@ -503,20 +515,8 @@ int check_bwd_case(const Case& c, std::mt19937& rng, const BwdVariant* variant =
 
 int check_bwd(bool small, int only_d) {
   std::mt19937 rng(4321);
-  int failures = 0;
-  for (bool bf : {true, false})
-    for (int d : {64, 80, 128})
-      for (bool causal : {false, true}) {
-        if (only_d && d != only_d) continue;
-        if (small) {
-          failures += check_bwd_case({1, 2, 130, d, causal, bf, false, d}, rng);
-          continue;
-        }
-        for (int s : {1, 17, 130}) failures += check_bwd_case({2, 3, s, d, causal, bf, false, d}, rng);
-        for (int s : {1000, 4099}) failures += check_bwd_case({1, 2, s, d, causal, bf, false, d}, rng);
-        failures += check_bwd_case({2, 3, 257, d, causal, bf, true, d}, rng);       // heads inside rows
-        failures += check_bwd_case({1, 2, 300, d, causal, bf, false, d + 8}, rng);  // padded rows
-      }
+  const int failures = check_grid(
+      small, only_d, [&](const Case& c) { return check_bwd_case(c, rng); }, [](int, bool, bool) { return 0; });
   std::printf("bwd_check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }

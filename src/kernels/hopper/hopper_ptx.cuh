@@ -9,6 +9,12 @@
 
 namespace lmscale::kernels::hopper {
 
+// The dynamic shared memory rounded up to 1024 bytes: the swizzle pattern repeats every 1024 bytes and the
+// wgmma descriptors assume atom-aligned tile bases (the kernels ask for 1024 bytes of slack).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
