@@ -101,13 +101,27 @@ __global__ void add_rmsnorm_bwd_kernel(const AddRmsNormBwdParams p) {
     for (int i = 0; i < N; ++i) partial[c + i] = dgain[c + i];
 }
 
-// dg[c] = Σ_b partial[b, c]: one thread per column, the partial rows in a fixed order.
-__global__ void sum_partials_kernel(const float* partial, int64_t partial_rows, int cols, float* out) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = 0.f;
-  for (int64_t b = 0; b < partial_rows; ++b) s += partial[b * cols + c];
-  out[c] = s;
+// dg[c] = Σ_b partial[b, c]. A block takes 32 columns (one coalesced 128-byte row segment per warp)
+// and splits the partial rows into 32 slices, one per warp; the slice sums then add in a fixed
+// order, so the result is deterministic. (One thread per column walking all rows serially was
+// latency-bound: ~20 µs of a ~40 µs backward at d = 768.)
+constexpr int kSumCols = 32, kSumSlices = 32;
+__global__ void __launch_bounds__(kSumCols* kSumSlices)
+    sum_partials_kernel(const float* partial, int64_t partial_rows, int cols, float* out) {
+  __shared__ float slice_sum[kSumSlices][kSumCols + 1];
+  const int c = blockIdx.x * kSumCols + threadIdx.x;
+  float acc = 0.f;
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t b = threadIdx.y; b < partial_rows; b += kSumSlices) acc += partial[b * cols + c];
+  }
+  slice_sum[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.f;
+    for (int k = 0; k < kSumSlices; ++k) total += slice_sum[k][threadIdx.x];
+    out[c] = total;
+  }
 }
 
 void check_cols(int cols, const char* what) {
@@ -180,7 +194,8 @@ void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& p, void* stream) {
     });
   });
   LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm backward kernel");
-  sum_partials_kernel<<<(p.cols + 255) / 256, 256, 0, st>>>(p.dgain_partial, blocks, p.cols, p.dgain_out);
+  sum_partials_kernel<<<(p.cols + kSumCols - 1) / kSumCols, dim3(kSumCols, kSumSlices), 0, st>>>(
+      p.dgain_partial, blocks, p.cols, p.dgain_out);
   LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm dgain column sum");
 }
 
