@@ -115,6 +115,14 @@ void with_type(FusedDtype d, F&& f) {
   else f(Tag<float>{});
 }
 
+// Host side: f(Tag<A>{}, Tag<B>{}, Tag<C>{}) with A, B, C the element types that a, b, c name.
+template <typename F>
+void with_types(FusedDtype a, FusedDtype b, FusedDtype c, F&& f) {
+  with_type(a, [&](auto ta) {
+    with_type(b, [&](auto tb) { with_type(c, [&](auto tc) { f(ta, tb, tc); }); });
+  });
+}
+
 // Host side: whether p is aligned to `bytes`.
 inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 

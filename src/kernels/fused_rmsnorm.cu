@@ -152,16 +152,12 @@ void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
                    aligned(p.y_out, 16) && aligned(p.gain, 16);
   const int threads = threads_for_row(vec ? p.cols / 4 : p.cols);
   auto st = static_cast<cudaStream_t>(stream);
-  with_type(p.x_dtype, [&](auto tx) {
-    with_type(p.residual_dtype, [&](auto tr) {
-      with_type(p.y_dtype, [&](auto ty) {
-        using TX = typename decltype(tx)::type;
-        using TR = typename decltype(tr)::type;
-        using TY = typename decltype(ty)::type;
-        if (vec) add_rmsnorm_fwd_kernel<TX, TR, TY, 4><<<static_cast<unsigned>(p.rows), threads, 0, st>>>(p);
-        else add_rmsnorm_fwd_kernel<TX, TR, TY, 1><<<static_cast<unsigned>(p.rows), threads, 0, st>>>(p);
-      });
-    });
+  with_types(p.x_dtype, p.residual_dtype, p.y_dtype, [&](auto tx, auto tr, auto ty) {
+    using TX = typename decltype(tx)::type;
+    using TR = typename decltype(tr)::type;
+    using TY = typename decltype(ty)::type;
+    auto kernel = vec ? add_rmsnorm_fwd_kernel<TX, TR, TY, 4> : add_rmsnorm_fwd_kernel<TX, TR, TY, 1>;
+    kernel<<<static_cast<unsigned>(p.rows), threads, 0, st>>>(p);
   });
   LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm forward kernel");
 }
@@ -179,19 +175,15 @@ void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& p, void* stream) {
                    aligned(p.dgain_partial, 16);
   const int threads = threads_for_row(vec ? p.cols / 4 : p.cols);
   const size_t smem = sizeof(float) * p.cols;
-  with_type(p.h_dtype, [&](auto th) {
-    with_type(p.residual_dtype, [&](auto tr) {
-      with_type(p.y_dtype, [&](auto ty) {
-        using TH = typename decltype(th)::type;
-        using TR = typename decltype(tr)::type;
-        using TY = typename decltype(ty)::type;
-        auto kernel = vec ? add_rmsnorm_bwd_kernel<TH, TR, TY, 4> : add_rmsnorm_bwd_kernel<TH, TR, TY, 1>;
-        if (smem > 32 * 1024)  // over the 48 KiB default with the static scratch; legal while capturing
-          LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem)));
-        kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p);
-      });
-    });
+  with_types(p.h_dtype, p.residual_dtype, p.y_dtype, [&](auto th, auto tr, auto ty) {
+    using TH = typename decltype(th)::type;
+    using TR = typename decltype(tr)::type;
+    using TY = typename decltype(ty)::type;
+    auto kernel = vec ? add_rmsnorm_bwd_kernel<TH, TR, TY, 4> : add_rmsnorm_bwd_kernel<TH, TR, TY, 1>;
+    if (smem > 32 * 1024)  // over the 48 KiB default with the static scratch; legal while capturing
+      LMSCALE_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p);
   });
   LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm backward kernel");
   sum_partials_kernel<<<(p.cols + kSumCols - 1) / kSumCols, dim3(kSumCols, kSumSlices), 0, st>>>(

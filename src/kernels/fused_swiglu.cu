@@ -17,8 +17,9 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float a) { return 1.f / (1.f + __expf(-a)); }
 
-template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const SwiGluParams p, int64_t vectors) {
+// Forward writes out; Backward writes da and db from dout.
+template <typename T, int N, bool Backward>
+__global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwiGluParams p, int64_t vectors) {
   const int64_t per_row = p.cols / N;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < vectors;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -26,31 +27,23 @@ __global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const SwiGluParams
     float a[N], b[N];
     load<N>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
     load<N>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
+    if constexpr (!Backward) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) a[k] = a[k] * sigmoid(a[k]) * b[k];
-    store<N>(static_cast<T*>(p.out) + row * p.cols + col, a);
-  }
-}
-
-template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const SwiGluParams p, int64_t vectors) {
-  const int64_t per_row = p.cols / N;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < vectors;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t row = i / per_row, col = (i - row * per_row) * N;
-    float a[N], b[N], d[N];
-    load<N>(static_cast<const T*>(p.a) + row * p.a_stride + col, a);
-    load<N>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
-    load<N>(static_cast<const T*>(p.dout) + row * p.cols + col, d);
+      for (int k = 0; k < N; ++k) a[k] = a[k] * sigmoid(a[k]) * b[k];
+      store<N>(static_cast<T*>(p.out) + row * p.cols + col, a);
+    } else {
+      float d[N];
+      load<N>(static_cast<const T*>(p.dout) + row * p.cols + col, d);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float s = sigmoid(a[k]), silu = a[k] * s;
-      const float da = d[k] * b[k] * s * (1.f + a[k] * (1.f - s));
-      b[k] = d[k] * silu;  // db
-      a[k] = da;
+      for (int k = 0; k < N; ++k) {
+        const float s = sigmoid(a[k]), silu = a[k] * s;
+        const float da = d[k] * b[k] * s * (1.f + a[k] * (1.f - s));
+        b[k] = d[k] * silu;  // db
+        a[k] = da;
+      }
+      store<N>(static_cast<T*>(p.da) + row * p.da_stride + col, a);
+      store<N>(static_cast<T*>(p.db) + row * p.db_stride + col, b);
     }
-    store<N>(static_cast<T*>(p.da) + row * p.da_stride + col, a);
-    store<N>(static_cast<T*>(p.db) + row * p.db_stride + col, b);
   }
 }
 
@@ -71,13 +64,8 @@ void launch(const SwiGluParams& p, void* stream) {
     int64_t blocks = (vectors + kThreads - 1) / kThreads;
     if (blocks > 65536) blocks = 65536;  // the grid-stride loop covers the rest
     const dim3 grid(static_cast<unsigned>(blocks));
-    if (Backward) {
-      if (vec) swiglu_bwd_kernel<T, kVec><<<grid, kThreads, 0, st>>>(p, vectors);
-      else swiglu_bwd_kernel<T, 1><<<grid, kThreads, 0, st>>>(p, vectors);
-    } else {
-      if (vec) swiglu_fwd_kernel<T, kVec><<<grid, kThreads, 0, st>>>(p, vectors);
-      else swiglu_fwd_kernel<T, 1><<<grid, kThreads, 0, st>>>(p, vectors);
-    }
+    auto kernel = vec ? swiglu_kernel<T, kVec, Backward> : swiglu_kernel<T, 1, Backward>;
+    kernel<<<grid, kThreads, 0, st>>>(p, vectors);
   });
   LMSCALE_CUDA_CHECK_LAUNCH("swiglu kernel");
 }
