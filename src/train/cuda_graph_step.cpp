@@ -41,7 +41,8 @@ struct RecoverableGraph : at::cuda::CUDAGraph {
         cudaGraphDestroy(partial);
       quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_); });
       quietly([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(mempool_id_); });
-      for (auto& entry : captured_generator_states_) quietly([&] { entry.first->capture_epilogue(); });
+      // What capture_epilogue() does (libtorch does not export it): the RNG leaves capture mode.
+      for (auto& entry : captured_generator_states_) entry.first->capturing_ = false;
       quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(capture_dev_, mempool_id_); });
       quietly([&] { at::getHostAllocator(at::kCUDA)->release_pool(mempool_id_); });
     }
