@@ -3,8 +3,9 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
 #include <string>
+
+#include "core/fault_injection.h"
 
 #ifdef LMSCALE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -24,10 +25,11 @@ namespace {
 // capture_end. End both here so the eager step can take the memory back.
 void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& stream, c10::DeviceIndex dev) {
   // A forbidden call inside the capture (a device synchronize, seen on an H100 with
-  // LMSCALE_INJECT_CAPTURE_SYNC) invalidates it and leaves its error pending; the query below may then
-  // report that error instead of the status. Clear it first, and end the capture whenever the stream
-  // is, or may still be, capturing: every later launch on it otherwise fails with "operation not
-  // permitted when stream is capturing" (the eager fallback and every later config did).
+  // LMSCALE_INJECT_FAULT=capture-sync@<size>) invalidates it and leaves its error pending; the query
+  // below may then report that error instead of the status. Clear it first, and end the capture
+  // whenever the stream is, or may still be, capturing: every later launch on it otherwise fails
+  // with "operation not permitted when stream is capturing" (the eager fallback and every later
+  // config did).
   (void)cudaGetLastError();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t queried = cudaStreamIsCapturing(stream.stream(), &status);
@@ -41,11 +43,11 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& st
   (void)cudaGetLastError();  // the capture error is not sticky: clear it so later checks see success
 }
 
-// LMSCALE_INJECT_CAPTURE_SYNC=<size>: a device-wide synchronize inside the capture of that size's
-// step, which CUDA forbids: a real capture failure, so the fallback and its clean-up run on a GPU.
-bool inject_sync_during_capture(const std::string& size) {
-  const char* v = std::getenv("LMSCALE_INJECT_CAPTURE_SYNC");
-  return v && size == v;
+// LMSCALE_INJECT_FAULT=capture-sync@<size>[:<context>]: a device-wide synchronize inside the capture
+// of that config's step, which CUDA forbids: a real capture failure, so the fallback and its clean-up
+// run on a GPU.
+bool inject_sync_during_capture(const TrainingStep& step) {
+  return fault_injected(InjectedFault::capture_sync, step.setup().model.name, step.setup().context);
 }
 }  // namespace
 
@@ -76,9 +78,10 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
     // and cudaFree is illegal while a stream captures ("operation not permitted when stream is
     // capturing"). Handing the cache back first lets the private pool take that memory instead.
     c10::cuda::CUDACachingAllocator::emptyCache();
+    const bool sync_inside_capture = inject_sync_during_capture(step);
     try {
       impl_->graph.capture_begin();
-      if (inject_sync_during_capture(step.setup().model.name)) c10::cuda::device_synchronize();
+      if (sync_inside_capture) c10::cuda::device_synchronize();
       step.run(mode, nullptr, /*keep_grads=*/false);
       impl_->graph.capture_end();
     } catch (...) {
