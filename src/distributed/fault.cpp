@@ -76,7 +76,8 @@ std::string explain_collective_failure(const Group& group, const std::string& wh
                                                      ? " (never reported a step)"
                                                      : " (last at step " + std::to_string(steps[static_cast<size_t>(r)]) + ")"));
       if (missing.empty()) {
-        os << " Every rank reached step " << step << " according to the rendezvous store.";
+        os << " Every rank reached step " << step << " according to the rendezvous store, so one stalled inside "
+           << "this collective (stopped, killed, or cut off from the others).";
       } else {
         os << " Ranks that did not arrive at step " << step << ": ";
         for (size_t k = 0; k < missing.size(); ++k) os << (k ? ", " : "") << missing[k];
