@@ -45,12 +45,7 @@ def problems(root: Path):
             yield f"{rel} is missing: every `{key}.md §N` citation needs it"
             return
         known[key] = sections(doc)
-    for path in sorted(tracked_files(root)):
-        rel = path.relative_to(root).as_posix()
-        try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
+    for rel, text in house_check.texts(root, tracked_files(root)):
         own = next((k for k, v in CITED.items() if v == rel), None)
         for number, line in enumerate(text.splitlines(), 1):
             where = f"{rel}:{number}"

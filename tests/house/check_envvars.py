@@ -41,12 +41,8 @@ def files(root: Path):
 def reads(root: Path):
     """{name: first place it is read}."""
     found = {}
-    for path in sorted(files(root)):
-        rel = path.relative_to(root).as_posix()
-        try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
+    for rel, text in house_check.texts(root, files(root)):
+        path = Path(rel)
         cmake = path.name == "CMakeLists.txt" or path.suffix == ".cmake"
         shell = not cmake and (path.suffix in SHELL_SUFFIXES and (text.startswith("#!") or path.suffix == ".sh"))
         for number, line in enumerate(text.splitlines(), 1):

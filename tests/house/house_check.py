@@ -20,6 +20,16 @@ def tree_files(root: Path):
     return [p for p in paths if p.is_file()]
 
 
+def texts(root: Path, paths):
+    """(path relative to root as posix, text) of each path in order, skipping files that are not
+    UTF-8 text."""
+    for path in sorted(paths):
+        try:
+            yield path.relative_to(root).as_posix(), path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+
+
 def table_names(doc: Path, heading: str):
     """{name: line number} for every `backticked` name in the first cell of the table rows under
     the heading `## <heading>` of doc (up to the next `## `)."""
