@@ -1,4 +1,4 @@
-// flash_hopper_probe: a standalone driver for the sm_90a FlashAttention forward (src/kernels/hopper/),
+// flash_hopper_probe: a standalone driver for the sm_90a FlashAttention kernels (src/kernels/hopper/),
 // no ATen and no libtorch, so a kernel change builds here with nvcc alone 
 // and runs on a GPU machine as one small binary. Build (from the repo root, ~1 min):
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 --use_fast_math --expt-relaxed-constexpr \
@@ -8,6 +8,10 @@
 //   flash_hopper_probe time B H S D causal [dtype] [iters] [all]   Hopper vs mma.sync (all: + variants), median ms
 //   flash_hopper_probe variants                 every variant of variants<D>() vs fp64 on odd sizes
 //   flash_hopper_probe small [D]                one small config per kernel (for compute-sanitizer)
+//   flash_hopper_probe bwd_check [D]            backward: dQ, dK, dV vs fp64, same grid as check (mma.sync beside)
+//   flash_hopper_probe bwd_small [D]            one small backward per kernel (for compute-sanitizer)
+//   flash_hopper_probe bwd_variants             every backward variant (bwd_variants(D)) vs fp64 on odd sizes
+//   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -15,16 +19,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/flash_bwd_launch.cuh"
 #include "kernels/flash_fwd_launch.cuh"
+#include "kernels/hopper/flash_bwd_hopper_launch.cuh"
+#include "kernels/hopper/flash_bwd_hopper_steps.cuh"
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
 #include "probe_timing.h"
@@ -159,23 +168,35 @@ int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::Flash
   return ok ? 0 : 1;
 }
 
-int check(bool small, int only_d) {
-  std::mt19937 rng(1234);
+// The checked grid: bf16 and fp16 x d 64/80/128 (or only_d) x causal and not x lengths that are not tile
+// multiples, plus heads-inside-rows and padded-row layouts; `small` is one N = 130 case per kernel (for
+// compute-sanitizer). `run` returns the failures of one case; `extra` adds cases per (dtype, d, causal).
+template <typename Run, typename Extra>
+int check_grid(bool small, int only_d, Run&& run, Extra&& extra) {
   int failures = 0;
   for (bool bf : {true, false})
     for (int d : {64, 80, 128})
       for (bool causal : {false, true}) {
         if (only_d && d != only_d) continue;
         if (small) {
-          failures += check_case({1, 2, 130, d, causal, bf, false, d}, rng);
+          failures += run(Case{1, 2, 130, d, causal, bf, false, d});
           continue;
         }
-        for (int s : {1, 17, 130}) failures += check_case({2, 3, s, d, causal, bf, false, d}, rng);
-        for (int s : {1000, 4099}) failures += check_case({1, 2, s, d, causal, bf, false, d}, rng);
-        failures += check_case({2, 3, 257, d, causal, bf, true, d}, rng);       // heads inside rows
-        failures += check_case({1, 2, 300, d, causal, bf, false, d + 8}, rng);  // padded rows
-        failures += check_case({3, 1, 129, d, causal, bf, true, d + 16}, rng);
+        for (int s : {1, 17, 130}) failures += run(Case{2, 3, s, d, causal, bf, false, d});
+        for (int s : {1000, 4099}) failures += run(Case{1, 2, s, d, causal, bf, false, d});
+        failures += run(Case{2, 3, 257, d, causal, bf, true, d});       // heads inside rows
+        failures += run(Case{1, 2, 300, d, causal, bf, false, d + 8});  // padded rows
+        failures += extra(d, causal, bf);
       }
+  return failures;
+}
+
+int check(bool small, int only_d) {
+  std::mt19937 rng(1234);
+  auto run = [&](const Case& c) { return check_case(c, rng); };
+  const int failures = check_grid(small, only_d, run, [&](int d, bool causal, bool bf) {
+    return run(Case{3, 1, 129, d, causal, bf, true, d + 16});  // heads inside padded rows
+  });
   std::printf("check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
 }
@@ -265,22 +286,318 @@ int check_variants() {
   return failures ? 1 : 0;
 }
 
+
+// ---------------------------------------------------------------------------------------- backward
+
+// fn(i) for i in [0, n) on every hardware thread: the fp64 reference is the slow part of a check.
+template <typename F>
+void parallel_for(int n, F&& fn) {
+  const int workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) fn(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+struct BwdBuffers {
+  void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+  float *lse, *dsum, *dq_accum;
+};
+
+BwdBuffers alloc_bwd(const Case& c, const Layout& L) {
+  BwdBuffers bb;
+  for (void** x : {&bb.q, &bb.k, &bb.v, &bb.o, &bb.dout, &bb.dq, &bb.dk, &bb.dv}) CHECK(cudaMalloc(x, L.elems * 2));
+  const int64_t rows = int64_t(c.b) * c.h * c.s;
+  CHECK(cudaMalloc(&bb.lse, rows * 4));
+  CHECK(cudaMalloc(&bb.dsum, rows * 4));
+  CHECK(cudaMalloc(&bb.dq_accum, rows * c.d * 4));
+  return bb;
+}
+void free_bwd(BwdBuffers& bb) {
+  for (void* x : {bb.q, bb.k, bb.v, bb.o, bb.dout, bb.dq, bb.dk, bb.dv}) CHECK(cudaFree(x));
+  for (float* x : {bb.lse, bb.dsum, bb.dq_accum}) CHECK(cudaFree(x));
+}
+lk::FlashParams make_bwd_params(const Case& c, const Layout& L, const BwdBuffers& bb) {
+  auto p = make_params(c, L, bb.q, bb.k, bb.v, bb.o, bb.lse);
+  p.dout = bb.dout, p.dq = bb.dq, p.dk = bb.dk, p.dv = bb.dv, p.dsum = bb.dsum, p.dq_accum = bb.dq_accum;
+  for (int64_t* x : {&p.do_batch_stride, &p.dq_batch_stride, &p.dk_batch_stride, &p.dv_batch_stride}) *x = L.batch;
+  for (int64_t* x : {&p.do_head_stride, &p.dq_head_stride, &p.dk_head_stride, &p.dv_head_stride}) *x = L.head;
+  for (int64_t* x : {&p.do_row_stride, &p.dq_row_stride, &p.dk_row_stride, &p.dv_row_stride}) *x = L.row;
+  return p;
+}
+
+template <typename T>
+void run_hopper_bwd(const lk::FlashParams& p) {
+  lk::hopper::run_bwd_all_steps<T>(p, nullptr);
+}
+template <typename T>
+void run_mma_sync_bwd(const lk::FlashParams& p) {
+  auto go = [&](auto dconst) {
+    constexpr int D = decltype(dconst)::value;
+    if (p.is_causal)
+      lk::flash::launch_flash_bwd<T, D, true>(p, 0);
+    else
+      lk::flash::launch_flash_bwd<T, D, false>(p, 0);
+  };
+  if (p.head_dim == 64) go(std::integral_constant<int, 64>{});
+  if (p.head_dim == 80) go(std::integral_constant<int, 80>{});
+  if (p.head_dim == 128) go(std::integral_constant<int, 128>{});
+}
+
+// The textbook backward in fp64 for one (batch, head): L and D for every row, then dQ on `rows` and dK, dV
+// on the same indices as keys. Results are (rows.size() x d).
+struct BwdRef {
+  std::vector<double> dq, dk, dv;
+};
+BwdRef reference_bwd_head(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                          const std::vector<double>& dout, int s, int d, bool causal, const std::vector<int>& rows) {
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto dot = [&](const std::vector<double>& a, int i, const std::vector<double>& b, int j) {
+    double acc = 0;
+    for (int x = 0; x < d; ++x) acc += a[size_t(i) * d + x] * b[size_t(j) * d + x];
+    return acc;
+  };
+  std::vector<double> lse(s), dsum(s);
+  parallel_for(s, [&](int i) {
+    const int n = causal ? i + 1 : s;
+    std::vector<double> sc(n), o(d, 0.0);
+    double mx = -INFINITY;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, sc[j] = dot(q, i, k, j) * scale);
+    double sum = 0;
+    for (int j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+    for (int j = 0; j < n; ++j)
+      for (int x = 0; x < d; ++x) o[x] += sc[j] / sum * v[size_t(j) * d + x];
+    lse[i] = mx + std::log(sum);
+    double ds = 0;
+    for (int x = 0; x < d; ++x) ds += o[x] * dout[size_t(i) * d + x];
+    dsum[i] = ds;
+  });
+  BwdRef r;
+  const int nr = static_cast<int>(rows.size());
+  r.dq.assign(size_t(nr) * d, 0), r.dk.assign(size_t(nr) * d, 0), r.dv.assign(size_t(nr) * d, 0);
+  parallel_for(nr, [&](int ri) {
+    const int i = rows[ri];  // as a query: dQ_i = scale sum_j P_ij (dP_ij - D_i) K_j
+    for (int j = 0; j < (causal ? i + 1 : s); ++j) {
+      const double pij = std::exp(dot(q, i, k, j) * scale - lse[i]);
+      const double ds = pij * (dot(dout, i, v, j) - dsum[i]) * scale;
+      for (int x = 0; x < d; ++x) r.dq[size_t(ri) * d + x] += ds * k[size_t(j) * d + x];
+    }
+    const int j = rows[ri];  // as a key: dV_j = sum_i P_ij dO_i, dK_j = scale sum_i P_ij (dP_ij - D_i) Q_i
+    for (int i2 = causal ? j : 0; i2 < s; ++i2) {
+      const double pij = std::exp(dot(q, i2, k, j) * scale - lse[i2]);
+      const double ds = pij * (dot(dout, i2, v, j) - dsum[i2]) * scale;
+      for (int x = 0; x < d; ++x) {
+        r.dv[size_t(ri) * d + x] += pij * dout[size_t(i2) * d + x];
+        r.dk[size_t(ri) * d + x] += ds * q[size_t(i2) * d + x];
+      }
+    }
+  });
+  return r;
+}
+
+// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: pipelined or one
+// tile at a time (Note [bwd pipeline]), 64- or 128-query tiles (Note [dQ split]).
+struct BwdVariant {
+  const char* name;
+  void (*fn)(const lk::FlashParams&);
+};
+template <int D, int kPipelined, int kBlockM>
+BwdVariant bwd_variant(const char* name) {
+  return {name, [](const lk::FlashParams& p) {
+            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kPipelined, kBlockM>>(pp, st);
+            });
+          }};
+}
+std::vector<BwdVariant> bwd_variants(int d) {
+  if (d == 64)
+    return {bwd_variant<64, 1, 64>("m64-pipelined"), bwd_variant<64, 0, 64>("m64-one-tile"),
+            bwd_variant<64, 0, 128>("m128")};
+  if (d == 80) return {bwd_variant<80, 1, 64>("m64-pipelined"), bwd_variant<80, 0, 64>("m64-one-tile")};
+  return {};
+}
+
+// Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one
+// (same inputs, outputs NaN-poisoned before each) are compared with fp64 on sampled rows. Error per
+// gradient: max |got - want| / max(max |want|, 1); the case fails on the Hopper error only (mma.sync's
+// is printed beside it as the established kernel's error on the same data).
+int check_bwd_case(const Case& c, std::mt19937& rng, const BwdVariant* variant = nullptr) {
+  const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> hq(L.elems), hk(L.elems), hv(L.elems), hdo(L.elems);
+  for (auto* x : {&hq, &hk, &hv, &hdo})
+    for (auto& e : *x) e = to_bits(dist(rng), c.bf16);
+  BwdBuffers bb = alloc_bwd(c, L);
+  CHECK(cudaMemcpy(bb.q, hq.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(bb.k, hk.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(bb.v, hv.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(bb.dout, hdo.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  const auto p = make_bwd_params(c, L, bb);
+  const std::string why = lk::hopper::bwd_unsupported_reason(p);
+  if (!why.empty()) {
+    std::printf("bwd_check SKIP %s\n", why.c_str());
+    free_bwd(bb);
+    return 1;
+  }
+  lk::hopper::run_fwd(p, nullptr);
+  std::vector<int> rows;  // every row up to 256, else every 11th plus the last
+  for (int i = 0; i < c.s; i += c.s > 256 ? 11 : 1) rows.push_back(i);
+  if (rows.back() != c.s - 1) rows.push_back(c.s - 1);
+  std::vector<BwdRef> refs;
+  for (int bi = 0; bi < c.b; ++bi)
+    for (int hi = 0; hi < c.h; ++hi) {
+      std::vector<double> q(size_t(c.s) * c.d), k(q.size()), v(q.size()), dout(q.size());
+      for (int i = 0; i < c.s; ++i)
+        for (int x = 0; x < c.d; ++x) {
+          const int64_t at = bi * L.batch + hi * L.head + i * L.row + x;
+          q[size_t(i) * c.d + x] = from_bits(hq[at], c.bf16), k[size_t(i) * c.d + x] = from_bits(hk[at], c.bf16);
+          v[size_t(i) * c.d + x] = from_bits(hv[at], c.bf16), dout[size_t(i) * c.d + x] = from_bits(hdo[at], c.bf16);
+        }
+      refs.push_back(reference_bwd_head(q, k, v, dout, c.s, c.d, c.causal, rows));
+    }
+  // Errors of dQ, dK, dV for one backward implementation.
+  auto errors = [&](auto&& run, double (&err)[3]) {
+    for (void* x : {bb.dq, bb.dk, bb.dv}) CHECK(cudaMemset(x, 0xff, L.elems * 2));  // NaN poison
+    CHECK(cudaMemset(bb.dq_accum, 0xff, int64_t(c.b) * c.h * c.s * c.d * 4));
+    CHECK(cudaMemset(bb.dsum, 0xff, int64_t(c.b) * c.h * c.s * 4));
+    run(p);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got[3] = {std::vector<uint16_t>(L.elems), std::vector<uint16_t>(L.elems),
+                                    std::vector<uint16_t>(L.elems)};
+    CHECK(cudaMemcpy(got[0].data(), bb.dq, L.elems * 2, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got[1].data(), bb.dk, L.elems * 2, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got[2].data(), bb.dv, L.elems * 2, cudaMemcpyDeviceToHost));
+    for (int g = 0; g < 3; ++g) {
+      double num = 0, den = 0;
+      for (int bi = 0; bi < c.b; ++bi)
+        for (int hi = 0; hi < c.h; ++hi) {
+          const BwdRef& r = refs[bi * c.h + hi];
+          const std::vector<double>& want = g == 0 ? r.dq : g == 1 ? r.dk : r.dv;
+          for (size_t ri = 0; ri < rows.size(); ++ri)
+            for (int x = 0; x < c.d; ++x) {
+              const double w = want[ri * c.d + x];
+              const double v = from_bits(got[g][bi * L.batch + hi * L.head + rows[ri] * L.row + x], c.bf16);
+              num = std::isfinite(v) ? std::max(num, std::abs(v - w)) : INFINITY;
+              den = std::max(den, std::abs(w));
+            }
+        }
+      err[g] = num / std::max(den, 1.0);
+    }
+  };
+  double eh[3], em[3];
+  errors(
+      [&](const lk::FlashParams& pp) {
+        if (variant)
+          variant->fn(pp);
+        else if (c.bf16)
+          run_hopper_bwd<__nv_bfloat16>(pp);
+        else
+          run_hopper_bwd<__half>(pp);
+      },
+      eh);
+  errors([&](const lk::FlashParams& pp) { c.bf16 ? run_mma_sync_bwd<__nv_bfloat16>(pp) : run_mma_sync_bwd<__half>(pp); },
+         em);
+  free_bwd(bb);
+  // bf16 / fp16 outputs and P, dS rounded to the input dtype before their GEMMs, fp32 accumulation.
+  const double tol = c.bf16 ? 2e-2 : 5e-3;
+  const bool ok = eh[0] < tol && eh[1] < tol && eh[2] < tol;
+  if (variant) std::printf("[%s] ", variant->name);
+  std::printf("bwd_check %s d=%-3d b=%d h=%d s=%-5d causal=%d %s ld=%-3d  hopper dQ %.2e dK %.2e dV %.2e  "
+              "(mma.sync %.2e %.2e %.2e)  %s\n",
+              c.bf16 ? "bf16" : "fp16", c.d, c.b, c.h, c.s, c.causal, c.bshd ? "bshd" : "bhsd", c.ld, eh[0], eh[1],
+              eh[2], em[0], em[1], em[2], ok ? "ok" : "FAIL");
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
+
+int check_bwd(bool small, int only_d) {
+  std::mt19937 rng(4321);
+  const int failures = check_grid(
+      small, only_d, [&](const Case& c) { return check_bwd_case(c, rng); }, [](int, bool, bool) { return 0; });
+  std::printf("bwd_check: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
+// Every backward variant against fp64 on odd sizes and two layouts (bf16), before it is timed.
+int check_bwd_variants() {
+  int failures = 0;
+  std::mt19937 rng(77);
+  for (int d : {64, 80})
+    for (const BwdVariant& var : bwd_variants(d))
+      for (bool causal : {false, true}) {
+        for (int s : {1, 77, 130, 1000}) failures += check_bwd_case({1, 2, s, d, causal, true, false, d}, rng, &var);
+        failures += check_bwd_case({2, 3, 257, d, causal, true, true, d}, rng, &var);
+      }
+  std::printf("bwd_variants: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
+// Backward (preprocess + main + dQ conversion) and forward + backward, Hopper vs mma.sync, CUDA-event
+// medians. FLOPs by the flash-attention convention: backward = 2.5 x forward.
+int time_bwd(const Case& c, int iters) {
+  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
+  BwdBuffers bb = alloc_bwd(c, L);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> h(L.elems);
+  for (void* x : {bb.q, bb.k, bb.v, bb.dout}) {
+    for (auto& e : h) e = to_bits(dist(rng), c.bf16);
+    CHECK(cudaMemcpy(x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  }
+  const auto p = make_bwd_params(c, L, bb);
+  lk::hopper::run_fwd(p, nullptr);
+  const double fwd_flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
+  const double bwd_flop = 2.5 * fwd_flop;
+  auto hb = [&] { c.bf16 ? run_hopper_bwd<__nv_bfloat16>(p) : run_hopper_bwd<__half>(p); };
+  auto mb = [&] { c.bf16 ? run_mma_sync_bwd<__nv_bfloat16>(p) : run_mma_sync_bwd<__half>(p); };
+  const float t_hb = median_ms(hb, iters);
+  const float t_mb = median_ms(mb, iters);
+  const float t_hf = median_ms([&] { lk::hopper::run_fwd(p, nullptr); }, iters);
+  const float t_hfb = median_ms([&] { lk::hopper::run_fwd(p, nullptr); hb(); }, iters);
+  const float t_mfb = median_ms([&] { lk::hopper::run_fwd(p, nullptr); mb(); }, iters);
+  std::printf("bwd_time %s b=%d h=%d s=%d d=%d causal=%d  bwd: hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f)  "
+              "| fwd+bwd (hopper fwd %.3f): hopper %.3f ms (%.0f)  hopper fwd + mma.sync bwd %.3f ms\n",
+              c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, t_hb, bwd_flop / t_hb / 1e9, t_mb,
+              bwd_flop / t_mb / 1e9, t_hf, t_hfb, (fwd_flop + bwd_flop) / t_hfb / 1e9, t_mfb);
+  if (c.bf16)
+    for (const BwdVariant& var : bwd_variants(c.d)) {
+      const float t = median_ms([&] { var.fn(p); }, iters);
+      std::printf("  bwd variant %-13s %.3f ms (%.0f TFLOP/s)\n", var.name, t, bwd_flop / t / 1e9);
+    }
+  std::fflush(stdout);
+  free_bwd(bb);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "check";
-    const int only_d = argc > 2 && mode != "time" ? std::atoi(argv[2]) : 0;
+    const int only_d = argc > 2 && mode != "time" && mode != "bwd_time" ? std::atoi(argv[2]) : 0;
     if (mode == "check") return check(false, only_d);
     if (mode == "small") return check(true, only_d);
     if (mode == "variants") return check_variants();
+    if (mode == "bwd_check") return check_bwd(false, only_d);
+    if (mode == "bwd_small") return check_bwd(true, only_d);
+    if (mode == "bwd_variants") return check_bwd_variants();
+    if (mode == "bwd_time" && argc >= 7) {
+      const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
+      const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
+                   std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
+      return time_bwd(c, argc > 8 ? std::atoi(argv[8]) : 20);
+    }
     if (mode == "time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
                    std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
       return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
-    std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all]\n");
+    std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
+                 "bwd_check [D] | bwd_small [D] | bwd_variants | bwd_time B H S D causal [bf16|fp16] [iters]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

@@ -63,7 +63,7 @@ class SdpaOnly {
 
 // lmscale-hopper / lmscale-fa2: lmscale-flash with the forward's kernel family forced (FlashPath), so
 // the sm_90a kernels and the mma.sync ones can be compared in one run; lmscale-flash is the automatic
-// choice. The backward runs the mma.sync kernels in all three.
+// choice. The backward runs the family of its forward (ops saves it with the autograd node).
 AttentionFn forced_path_fn(const std::string& impl) {
   const std::string path = impl == "lmscale-hopper" ? "hopper" : "mma-sync";
   return [path](auto& q, auto& k, auto& v, bool c) {

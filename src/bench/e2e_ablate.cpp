@@ -14,7 +14,7 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   c.cuda_graph = false;
   c.setup.fused = false;
   c.setup.optimizer_in_backward = false;
-  c.setup.parts = {false, false, false, false};
+  c.setup.parts = {false, false, false, false, false, false, false};
   rows.push_back({"all off (eager, unfused)", c});
   c.cuda_graph = true;
   rows.push_back({"+ CUDA graph", c});
@@ -26,7 +26,13 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   c.setup.parts.qkv_gemm = true;
   rows.push_back({"+ one QKV GEMM", c});
   c.setup.parts.rope_kernel = true;
-  rows.push_back({"+ QKV split + RoPE kernel (all on)", c});
+  rows.push_back({"+ QKV split + RoPE kernel", c});
+  c.setup.parts.norm_kernel = true;
+  rows.push_back({"+ residual add + RMSNorm kernel", c});
+  c.setup.parts.swiglu_kernel = true;
+  rows.push_back({"+ SwiGLU gate kernel", c});
+  c.setup.parts.cross_entropy_kernel = true;
+  rows.push_back({"+ cross-entropy kernel (all on)", c});
   c.setup.optimizer_in_backward = true;  // an option, not the default: shown as one more row
   rows.push_back({"+ optimizer in backward", c});
   return rows;
@@ -51,7 +57,10 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
         j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
                                 {"bf16_weight_copies", s.parts.bf16_weight_copies},
                                 {"qkv_gemm", s.parts.qkv_gemm},
-                                {"rope_kernel", s.parts.rope_kernel}};
+                                {"rope_kernel", s.parts.rope_kernel},
+                                {"norm_kernel", s.parts.norm_kernel},
+                                {"swiglu_kernel", s.parts.swiglu_kernel},
+                                {"cross_entropy_kernel", s.parts.cross_entropy_kernel}};
         records.push_back(j);
       }
       const bool ok = r.status == Status::ok;

@@ -1,8 +1,9 @@
 // The ablation table behind `lmscale bench --ablate`: one config measured with the fast-path pieces
 // switched on one at a time, in one process, so each row's gain over the row above is read off the
 // same run. Rows: all off (eager, unfused) → + CUDA graph → + AdamW kernel → + bf16 weight copies →
-// + one QKV GEMM → + QKV split and RoPE in one kernel (= everything on) → + optimizer
-// in backward (an option). Each row: step time, MFU, peak memory, the CUDA-graph note.
+// + one QKV GEMM → + QKV split and RoPE in one kernel → + residual add + RMSNorm kernel → + SwiGLU
+// gate kernel → + cross-entropy kernel (= everything on) → + optimizer in backward (an option).
+// Each row: step time, MFU, peak memory, the CUDA-graph note.
 #pragma once
 #include <string>
 #include <vector>

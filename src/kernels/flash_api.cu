@@ -13,6 +13,7 @@
 #include "kernels/flash_params.h"
 #include "kernels/flash_variants.h"
 #ifdef LMSCALE_FA_HOPPER
+#include "kernels/hopper/flash_bwd_hopper_steps.cuh"
 #include "kernels/hopper/flash_hopper.h"
 #endif
 
@@ -104,24 +105,50 @@ std::string flash_supported_list() {
 namespace {
 std::atomic<int> g_default_path{static_cast<int>(FlashPath::kAuto)};
 
-// True when the Hopper forward ran; false when the mma.sync kernels should.
-bool run_hopper_fwd_if_chosen(const FlashParams& p, void* stream) {
-  const FlashPath path = p.path != FlashPath::kAuto ? p.path : default_flash_path();
-  if (path == FlashPath::kMmaSync) return false;
+FlashPath effective_path(const FlashParams& p) { return p.path != FlashPath::kAuto ? p.path : default_flash_path(); }
+
 #ifdef LMSCALE_FA_HOPPER
-  const std::string why = hopper::fwd_unsupported_reason(p);
-  if (why.empty()) {
-    hopper::run_fwd(p, stream);
-    return true;
-  }
-  if (path == FlashPath::kHopper) throw std::runtime_error("run_flash_fwd: the Hopper path was forced but " + why);
-#else
-  if (path == FlashPath::kHopper)
-    throw std::runtime_error("run_flash_fwd: the Hopper path was forced but this build has no Hopper kernels "
-                             "(configure with LMSCALE_FA_HOPPER=ON)");
-#endif
+// True when the Hopper kernels should run `p`; `why_not` is the direction's *_unsupported_reason. A forced
+// Hopper path that cannot run throws, naming the reason.
+bool hopper_chosen(const FlashParams& p, const char* entry, std::string (*why_not)(const FlashParams&)) {
+  const FlashPath path = effective_path(p);
+  if (path == FlashPath::kMmaSync) return false;
+  const std::string why = why_not(p);
+  if (why.empty()) return true;
+  if (path == FlashPath::kHopper) throw std::runtime_error(std::string(entry) + ": the Hopper path was forced but " + why);
   return false;
 }
+
+// True when the Hopper forward ran; false when the mma.sync kernels should.
+bool run_hopper_fwd_if_chosen(const FlashParams& p, void* stream) {
+  if (!hopper_chosen(p, "run_flash_fwd", hopper::fwd_unsupported_reason)) return false;
+  hopper::run_fwd(p, stream);
+  return true;
+}
+
+// True when the Hopper backward ran (preprocess, sm_90a main kernel, dQ conversion: run_bwd_steps).
+bool run_hopper_bwd_if_chosen(const FlashParams& p, void* stream) {
+  // Auto leaves the head dims where the mma.sync backward measured faster to it.
+  if (effective_path(p) == FlashPath::kAuto && !hopper::bwd_auto_prefers(p)) return false;
+  if (!hopper_chosen(p, "run_flash_bwd", hopper::bwd_unsupported_reason)) return false;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.dtype == FlashDtype::kBF16)
+    hopper::run_bwd_all_steps<__nv_bfloat16>(p, s);
+  else
+    hopper::run_bwd_all_steps<__half>(p, s);
+  return true;
+}
+#else
+// No Hopper kernels in this build: the mma.sync kernels run, unless the Hopper path was forced.
+bool hopper_not_built(const FlashParams& p, const char* entry) {
+  if (effective_path(p) == FlashPath::kHopper)
+    throw std::runtime_error(std::string(entry) + ": the Hopper path was forced but this build has no Hopper kernels "
+                             "(configure with LMSCALE_FA_HOPPER=ON)");
+  return false;
+}
+bool run_hopper_fwd_if_chosen(const FlashParams& p, void*) { return hopper_not_built(p, "run_flash_fwd"); }
+bool run_hopper_bwd_if_chosen(const FlashParams& p, void*) { return hopper_not_built(p, "run_flash_bwd"); }
+#endif
 }  // namespace
 
 void set_default_flash_path(FlashPath path) { g_default_path.store(static_cast<int>(path)); }
@@ -134,6 +161,7 @@ void run_flash_fwd(const FlashParams& params, void* stream) {
 }
 void run_flash_bwd(const FlashParams& params, void* stream) {
   if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_bwd(params, stream);  // fp32 path: flash_fp32.h
+  if (run_hopper_bwd_if_chosen(params, stream)) return;
   dispatch<true>(params, stream);
 }
 

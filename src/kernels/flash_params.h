@@ -10,10 +10,11 @@ namespace lmscale::kernels {
 // kFP32: fp32 tensors, served by the fp32 SIMT kernels (flash_fp32.h), not the tensor-core ones.
 enum class FlashDtype { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
-// Which kernel family runs the forward: kAuto picks the sm_90a wgmma/TMA kernels (src/kernels/hopper/)
-// when they apply (device sm_90, dtype and head dim built, strides TMA can describe) and the mma.sync
-// kernels otherwise; kMmaSync / kHopper force one (kHopper throws, naming the reason, where it cannot
-// run). The backward always runs the mma.sync kernels for now (docs/flash_notes.md, Hopper section).
+// Which kernel family runs the forward and the backward: kAuto picks the sm_90a wgmma/TMA kernels
+// (src/kernels/hopper/) when they apply (device sm_90, dtype and head dim built, strides TMA can
+// describe; the backward also needs dout so, and auto takes it only at head dims where it measured faster:
+// 80 and 128) and the mma.sync kernels otherwise; kMmaSync / kHopper force one (kHopper throws, naming the
+// reason, where it cannot run).
 enum class FlashPath { kAuto = 0, kMmaSync = 1, kHopper = 2 };
 
 // Element strides (not bytes). The last dim (D) must be contiguous and every row start 16-byte aligned

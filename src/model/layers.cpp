@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "core/autocast.h"
+#include "ops/fused_rmsnorm.h"
+#include "ops/fused_swiglu.h"
 
 namespace lmscale {
 
@@ -110,6 +112,13 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return at::rms_norm(x32, {x32.size(-1)}, gain, eps).to(x.scalar_type());
 }
 
+std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& residual) {
+  const auto dev = x.device().type();
+  const auto h_dtype = residual.defined() ? at::promote_types(x.scalar_type(), residual.scalar_type()) : x.scalar_type();
+  const bool autocast = at::autocast::is_autocast_enabled(dev) && x.is_floating_point();
+  return ops::add_rmsnorm(x, residual, gain, eps, autocast ? at::autocast::get_autocast_dtype(dev) : h_dtype);
+}
+
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
   w1 = register_module("w1", Linear(d_model, d_ff));
   w2 = register_module("w2", Linear(d_ff, d_model));
@@ -118,6 +127,7 @@ SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
   auto xc = cast_for_autocast(x);  // once for W1 and W3
+  if (fused_gate) return w2(ops::silu_mul(w1(xc), w3(xc)));
   return w2(torch::silu(w1(xc)) * w3(xc));
 }
 

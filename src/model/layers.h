@@ -5,6 +5,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <utility>
+
 namespace lmscale {
 
 // Half-precision tensors upcast to fp32; fp32/fp64 returned as they are. The spec computes norms
@@ -67,6 +69,10 @@ class RMSNormImpl : public torch::nn::Module {
   explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
   // Upcasts to fp32, normalises, scales by the gain and casts back to the input dtype.
   torch::Tensor forward(const torch::Tensor& x);
+  // The residual add fused in (ops::add_rmsnorm; one kernel each way on CUDA): h = x + residual
+  // (residual undefined: h is x) and y = RMSNorm(h), y already in the autocast dtype when autocast is
+  // on (the next matmul would cast it anyway). The same values as h = x + residual; forward(h).
+  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& residual);
   torch::Tensor gain;  // (C), ones
   double eps;
 };
@@ -77,6 +83,7 @@ class SwiGLUImpl : public torch::nn::Module {
   SwiGLUImpl(int64_t d_model, int64_t d_ff);
   torch::Tensor forward(const torch::Tensor& x);  // W2(silu(W1 x) ⊙ W3 x)
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  bool fused_gate = false;  // silu(·) ⊙ (·) as one kernel each way (ops::silu_mul)
 };
 TORCH_MODULE(SwiGLU);
 

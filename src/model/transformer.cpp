@@ -20,6 +20,14 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
   return h + ffn(ln2(h));
 }
 
+std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::forward_fused_norms(const torch::Tensor& x,
+                                                                                const torch::Tensor& delta) {
+  auto [x1, y1] = ln1->add_forward(x, delta);
+  auto [h, y2] = ln2->add_forward(x1, attn(y1));
+  ScopedRange r("ffn");
+  return {h, ffn(y2)};
+}
+
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : config(cfg) {
   cfg.validate();
   token_embeddings = register_module("token_embeddings", Embedding(cfg.vocab_size, cfg.d_model));
@@ -36,6 +44,11 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
               " exceeds the model's context length ", config.context_length,
               ": shorten the input or build the model with a longer context");
   auto x = token_embeddings(tokens);
+  if (fused_norms) {
+    torch::Tensor delta;  // the residual stream is x + delta; each norm adds them as it reads them
+    for (const auto& layer : *layers) std::tie(x, delta) = layer->as<TransformerBlock>()->forward_fused_norms(x, delta);
+    return lm_head(ln_final->add_forward(x, delta).second);
+  }
   for (const auto& layer : *layers) x = layer->as<TransformerBlock>()->forward(x);
   return lm_head(ln_final(x));
 }
@@ -46,6 +59,10 @@ void TransformerLMImpl::pack_qkv() {
 
 void TransformerLMImpl::use_fused_rope(bool on) {
   for (const auto& layer : *layers) layer->as<TransformerBlock>()->attn->fused_rope = on;
+}
+
+void TransformerLMImpl::use_fused_swiglu(bool on) {
+  for (const auto& layer : *layers) layer->as<TransformerBlock>()->ffn->fused_gate = on;
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -6,6 +6,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <utility>
+
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/layers.h"
@@ -16,6 +18,10 @@ class TransformerBlockImpl : public torch::nn::Module {
  public:
   explicit TransformerBlockImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) → (B, T, C)
+  // The same block with each residual add fused into the RMSNorm that reads its sum: the input is
+  // x + delta (delta undefined: x), the output (h, f) with h + f the block's output, the add left to
+  // the next norm (the next block's ln1, or ln_final).
+  std::pair<torch::Tensor, torch::Tensor> forward_fused_norms(const torch::Tensor& x, const torch::Tensor& delta);
   RMSNorm ln1{nullptr}, ln2{nullptr};
   CausalSelfAttention attn{nullptr};
   SwiGLU ffn{nullptr};
@@ -30,7 +36,13 @@ class TransformerLMImpl : public torch::nn::Module {
   void pack_qkv();
   // Every block's QKV split + RoPE as one kernel (CausalSelfAttentionImpl::fused_rope; needs pack_qkv).
   void use_fused_rope(bool on);
+  // Every residual add fused with the RMSNorm after it (RMSNormImpl::add_forward, one kernel each
+  // way on CUDA); the values are those of the plain forward.
+  void use_fused_norms(bool on) { fused_norms = on; }
+  // Every SwiGLU's silu(W1 x) ⊙ W3 x as one kernel each way (SwiGLUImpl::fused_gate).
+  void use_fused_swiglu(bool on);
   ModelConfig config;
+  bool fused_norms = false;
   Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;
   RMSNorm ln_final{nullptr};

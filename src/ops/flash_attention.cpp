@@ -205,6 +205,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> dispatch_backward(const at::Tenso
   return op.call(q, k, v, o, L, dout, is_causal);
 }
 
+#ifdef LMSCALE_HAS_KERNELS
+// Sets the process's kernel family (FlashPath) for one scope and restores the previous one.
+struct FlashPathScope {
+  kernels::FlashPath saved = kernels::default_flash_path();
+  explicit FlashPathScope(kernels::FlashPath p) { kernels::set_default_flash_path(p); }
+  ~FlashPathScope() { kernels::set_default_flash_path(saved); }
+};
+#endif
+
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
@@ -212,12 +221,20 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     auto [o, L] = dispatch_forward(q, k, v, is_causal);
     ctx->save_for_backward({q, k, v, o, L});
     ctx->saved_data["is_causal"] = is_causal;
+#ifdef LMSCALE_HAS_KERNELS
+    // The kernel family in force for the forward (set_flash_forward_path) also runs its backward, which
+    // autograd calls later, after a forced comparison (bench attention --impl) has restored the default.
+    ctx->saved_data["path"] = static_cast<int64_t>(kernels::default_flash_path());
+#endif
     return o;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const bool is_causal = ctx->saved_data["is_causal"].toBool();
+#ifdef LMSCALE_HAS_KERNELS
+    FlashPathScope path(static_cast<kernels::FlashPath>(ctx->saved_data["path"].toInt()));
+#endif
     auto [dq, dk, dv] =
         dispatch_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
     return {dq, dk, dv, at::Tensor()};

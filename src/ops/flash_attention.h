@@ -32,8 +32,9 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim);
 
 // The forward's kernel family on CUDA for the whole process: "auto" (the sm_90a kernels where they
-// apply, else mma.sync), "hopper" or "mma-sync" (forced, to compare the two). Returns the previous
-// setting. Throws without CUDA kernels in the build.
+// apply, else mma.sync), "hopper" or "mma-sync" (forced, to compare the two); the backward of a call
+// runs the family that was set for its forward. Returns the previous setting. Throws without CUDA
+// kernels in the build.
 std::string set_flash_forward_path(const std::string& path);
 
 }  // namespace lmscale::ops

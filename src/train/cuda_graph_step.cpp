@@ -8,7 +8,9 @@
 #include "core/fault_injection.h"
 
 #ifdef LMSCALE_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -20,28 +22,42 @@ namespace lmscale {
 
 #ifdef LMSCALE_CUDA
 namespace {
-// A capture that threw part-way leaves the stream capturing and the allocator routing into the
-// graph's private pool; CUDAGraph's own destructor releases that pool only after a successful
-// capture_end. End both here so the eager step can take the memory back.
-void abandon_capture(at::cuda::CUDAGraph& graph, const c10::cuda::CUDAStream& stream, c10::DeviceIndex dev) {
-  // A forbidden call inside the capture (a device synchronize, seen on an H100 with
-  // LMSCALE_INJECT_FAULT=capture-sync@<size>) invalidates it and leaves its error pending; the query
-  // below may then report that error instead of the status. Clear it first, and end the capture
-  // whenever the stream is, or may still be, capturing: every later launch on it otherwise fails
-  // with "operation not permitted when stream is capturing" (the eager fallback and every later
-  // config did).
-  (void)cudaGetLastError();
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t queried = cudaStreamIsCapturing(stream.stream(), &status);
-  if (queried != cudaSuccess || status != cudaStreamCaptureStatusNone) {
-    c10::cuda::CUDACachingAllocator::endAllocateToPool(dev, graph.pool());
-    cudaGraph_t partial = nullptr;
-    cudaStreamEndCapture(stream.stream(), &partial);  // reports the invalidation; the graph is discarded
-    if (partial) cudaGraphDestroy(partial);
-    c10::cuda::CUDACachingAllocator::releasePool(dev, graph.pool());
+// A capture that threw part-way must be undone completely, or the process stays unusable: a stream
+// still capturing makes every later CUDA call fail with "operation not permitted when stream is
+// capturing", an allocator still routing into the graph's private pool keeps the memory, and the
+// RNG state stays in capture mode. CUDAGraph undoes capture_begin only in a capture_end that
+// succeeds, and pool() refuses to name the pool before that (the first version of this clean-up
+// called it and threw before ending the capture: seen on an H100, every later config failed).
+// The pool id and the generator states are protected members, hence the subclass.
+struct RecoverableGraph : at::cuda::CUDAGraph {
+  void abandon() {
+    (void)cudaGetLastError();  // a forbidden call inside the capture leaves its error pending
+    try {
+      capture_end();  // ends the CUDA capture; succeeds only if the capture was still valid
+    } catch (const std::exception&) {
+      // The capture was invalidated (or had already ended): undo what capture_begin set up.
+      // Each undo may find its step already done by capture_end's partial run, hence one try each.
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(capture_stream_.stream(), &partial) == cudaSuccess && partial)
+        cudaGraphDestroy(partial);
+      quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_); });
+      quietly([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(mempool_id_); });
+      for (auto& entry : captured_generator_states_) quietly([&] { entry.first->capture_epilogue(); });
+      quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(capture_dev_, mempool_id_); });
+      quietly([&] { at::getHostAllocator(at::kCUDA)->release_pool(mempool_id_); });
+    }
+    (void)cudaGetLastError();  // capture errors are not sticky: later checks must see success
   }
-  (void)cudaGetLastError();  // the capture error is not sticky: clear it so later checks see success
-}
+
+ private:
+  template <class F>
+  static void quietly(F&& undo) {
+    try {
+      undo();
+    } catch (...) {
+    }
+  }
+};
 
 // LMSCALE_INJECT_FAULT=capture-sync@<size>[:<context>]: a device-wide synchronize inside the capture
 // of that config's step, which CUDA forbids: a real capture failure, so the fallback and its clean-up
@@ -52,7 +68,7 @@ bool inject_sync_during_capture(const TrainingStep& step) {
 }  // namespace
 
 struct GraphedStep::Impl {
-  at::cuda::CUDAGraph graph;
+  RecoverableGraph graph;
 };
 
 GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_unique<Impl>()) {
@@ -85,7 +101,7 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
       step.run(mode, nullptr, /*keep_grads=*/false);
       impl_->graph.capture_end();
     } catch (...) {
-      abandon_capture(impl_->graph, side, device.index());
+      impl_->graph.abandon();
       throw;
     }
   }

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/nvtx.h"
 #include "ops/fused_adamw.h"
+#include "ops/fused_cross_entropy.h"
 
 namespace lmscale {
 
@@ -64,6 +65,8 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
     model_->pack_qkv();
     model_->use_fused_rope(setup_.parts.rope_kernel);
   }
+  model_->use_fused_norms(fused_cuda && setup_.parts.norm_kernel);
+  model_->use_fused_swiglu(fused_cuda && setup_.parts.swiglu_kernel);
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
   if (uses_bf16_weight_copies()) {
@@ -131,7 +134,9 @@ void TrainingStep::forward(BenchMode mode) {
   std::optional<torch::NoGradGuard> no_grad;
   if (mode == BenchMode::Forward) no_grad.emplace();
   AutocastScope autocast(setup_.device.type(), setup_.precision);
-  loss_ = cross_entropy(model_(inputs_), targets_);
+  auto logits = model_(inputs_);
+  const bool fused_loss = setup_.fused && setup_.device.is_cuda() && setup_.parts.cross_entropy_kernel;
+  loss_ = fused_loss ? ops::cross_entropy_mean(logits, targets_) : cross_entropy(logits, targets_);
 }
 
 void TrainingStep::backward() {

@@ -40,6 +40,9 @@ struct StepSetup {
     bool bf16_weight_copies = true;  // that kernel also writes the bf16 weights autocast reads
     bool qkv_gemm = true;            // Q, K, V projections as one [3C, C] GEMM
     bool rope_kernel = true;         // with qkv_gemm: split + RoPE of q and k in one kernel
+    bool norm_kernel = true;         // each residual add + RMSNorm in one kernel (forward and backward)
+    bool swiglu_kernel = true;       // SwiGLU's silu(a) ⊙ b in one kernel
+    bool cross_entropy_kernel = true;  // the loss's log-softmax + NLL in one pass over the logits
   } parts;
 };
 

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   constexpr int kAtomBytes = 8 * kSwB;
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = align_1024(smem_raw);
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + C::kQBytes;
   unsigned char* sV = sK + kStages * C::kKVBytes;

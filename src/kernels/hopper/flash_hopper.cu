@@ -10,12 +10,15 @@
 #include <stdexcept>
 
 #include "kernels/cuda_check.h"
+#include "kernels/hopper/flash_bwd_hopper.cuh"  // BwdConfig
 #include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped
 
 namespace lmscale::kernels::hopper {
 
 template <typename C>
 bool launch_fwd(const FlashParams& p, cudaStream_t stream);
+template <typename C>
+bool launch_bwd(const FlashParams& p, cudaStream_t stream);
 
 namespace {
 
@@ -32,6 +35,16 @@ bool fwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
 
 bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
   return p.dtype == FlashDtype::kBF16 ? fwd_for_dtype<__nv_bfloat16>(p, stream) : fwd_for_dtype<__half>(p, stream);
+}
+
+template <typename T>
+bool bwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return launch_bwd<BwdConfig<T, 64>>(p, stream);
+    case 80: return launch_bwd<BwdConfig<T, 80>>(p, stream);
+    case 128: return launch_bwd<BwdConfig<T, 128>>(p, stream);
+    default: return false;
+  }
 }
 
 // sm_90a code runs on compute capability 9.0 only (not on later archs): asked once per device.
@@ -51,6 +64,13 @@ bool device_is_sm90() {
   return cached[dev] == 1;
 }
 
+// TMA addresses global memory in 16-byte units: base pointers and every stride of a dimension that is
+// walked (size > 1) must be 16-byte multiples. flash_params.h already asks rows to start 16-byte aligned.
+bool tma_describable(const FlashParams& p, const void* ptr, int rows, int64_t row, int64_t head, int64_t batch) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || row % 8 == 0) && (p.heads == 1 || head % 8 == 0) &&
+         (p.batch == 1 || batch % 8 == 0);
+}
+
 }  // namespace
 
 std::string fwd_unsupported_reason(const FlashParams& p) {
@@ -58,17 +78,30 @@ std::string fwd_unsupported_reason(const FlashParams& p) {
     return "head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel (64, 80, 128 do)";
   if (p.is_causal && p.seqlen_q != p.seqlen_k) return "causal attention needs seqlen_q == seqlen_k";
   if (!device_is_sm90()) return "the current device is not sm_90 (the kernels are sm_90a code)";
-  // TMA addresses global memory in 16-byte units: base pointers and every stride of a dimension that is
-  // walked (size > 1) must be 16-byte multiples. flash_params.h already asks rows to start 16-byte aligned.
-  auto aligned = [&](const void* ptr, int rows, int64_t row, int64_t head, int64_t batch) {
-    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || row % 8 == 0) &&
-           (p.heads == 1 || head % 8 == 0) && (p.batch == 1 || batch % 8 == 0);
-  };
-  if (!aligned(p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
-      !aligned(p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
-      !aligned(p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride))
+  if (!tma_describable(p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
+      !tma_describable(p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
+      !tma_describable(p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride))
     return "q/k/v base addresses or strides are not 16-byte multiples, which TMA needs";
   return {};
+}
+
+std::string bwd_unsupported_reason(const FlashParams& p) {
+  std::string why = fwd_unsupported_reason(p);
+  if (!why.empty()) return why;
+  if (!tma_describable(p, p.dout, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride))
+    return "dout's base address or strides are not 16-byte multiples, which TMA needs";
+  return {};
+}
+
+bool bwd_auto_prefers(const FlashParams& p) { return p.head_dim != 64; }
+
+void run_bwd(const FlashParams& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool ran = p.dtype == FlashDtype::kBF16 ? bwd_for_dtype<__nv_bfloat16>(p, s) : bwd_for_dtype<__half>(p, s);
+  if (!ran) {
+    const std::string why = bwd_unsupported_reason(p);
+    throw std::runtime_error("run_flash_bwd (hopper): " + (why.empty() ? "cuTensorMapEncodeTiled rejected q/k/v/dout" : why));
+  }
 }
 
 void run_fwd(const FlashParams& p, void* stream) {

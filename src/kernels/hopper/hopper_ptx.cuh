@@ -9,6 +9,12 @@
 
 namespace lmscale::kernels::hopper {
 
+// The dynamic shared memory rounded up to 1024 bytes: the swizzle pattern repeats every 1024 bytes and the
+// wgmma descriptors assume atom-aligned tile bases (the kernels ask for 1024 bytes of slack).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -105,6 +111,19 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma operands),
+// PTX 9.7.12.4: the backward writes dS with st.shared and then names it in a wgmma descriptor.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Four adjacent fp32 adds into global memory with no result (PTX 9.7.13.6, red .v4.f32 needs sm_90):
+// the backward's dQ accumulation; dst must be 16-byte aligned.
+__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

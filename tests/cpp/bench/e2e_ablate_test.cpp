@@ -14,6 +14,7 @@ namespace {
 int switches_on(const E2EConfig& c) {
   const auto& p = c.setup.parts;
   return c.cuda_graph + c.setup.fused + p.adamw_kernel + p.bf16_weight_copies + p.qkv_gemm + p.rope_kernel +
+         p.norm_kernel + p.swiglu_kernel + p.cross_entropy_kernel +
          c.setup.optimizer_in_backward;
 }
 }  // namespace

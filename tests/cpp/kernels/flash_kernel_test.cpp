@@ -66,7 +66,8 @@ kernels::FlashParams params_for(const torch::Tensor& q, const torch::Tensor& k, 
   return p;
 }
 
-// The forward's kernel family for run_kernels: every path is checked where it can run.
+// The kernel family (forward and backward) for run_kernels: every path is checked where it can run, so on
+// an sm_90 device kHopper runs the sm_90a forward and backward at every built head dim (64, 80, 128).
 constexpr kernels::FlashPath kPaths[] = {kernels::FlashPath::kMmaSync, kernels::FlashPath::kHopper};
 const char* path_name(kernels::FlashPath p) { return p == kernels::FlashPath::kHopper ? "hopper" : "mma.sync"; }
 

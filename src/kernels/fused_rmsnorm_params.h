@@ -1,0 +1,57 @@
+// The boundary between ops/ and the fused residual-add + RMSNorm kernels: plain params, no ATen, no
+// CUDA headers. Per row of C elements (docs/spec.md §1, RMSNorm with gain g, fp32 math):
+//   forward   h = x + residual (stored in x's dtype; residual absent: h is x, nothing stored)
+//             rstd = 1 / sqrt(mean(h²) + eps)      (fp32, saved per row for the backward)
+//             y = h · rstd · g                      (stored in y's dtype, e.g. the autocast bf16)
+//   backward  u = g ⊙ dy;  dh = rstd · u − h · rstd³ · (Σ u·h) / C  (+ dh_in, h's gradient from its
+//             other reader, the residual stream);  dx = dh;  dresidual = dh in the residual's dtype;
+//             dg = Σ_rows dy ⊙ h · rstd
+// One launch each way (the backward adds a small column sum of per-block partials of dg, so the sum
+// is deterministic). All row-major tensors contiguous (rows, C).
+#pragma once
+#include <cstdint>
+
+#include "kernels/fused_dtype.h"
+
+namespace lmscale::kernels {
+
+// Largest C the kernels take: the backward keeps one fp32 dg partial per column in shared memory.
+constexpr int kAddRmsNormMaxCols = 12288;
+
+struct AddRmsNormFwdParams {
+  const void* x = nullptr;         // (rows, C), x_dtype
+  const void* residual = nullptr;  // (rows, C), residual_dtype, or null
+  const float* gain = nullptr;     // (C)
+  void* h_out = nullptr;           // (rows, C), x_dtype; needed when residual is given
+  void* y_out = nullptr;           // (rows, C), y_dtype
+  float* rstd_out = nullptr;       // (rows)
+  int64_t rows = 0;
+  int cols = 0;
+  float eps = 1e-5f;
+  FusedDtype x_dtype = FusedDtype::kFP32, residual_dtype = FusedDtype::kFP32, y_dtype = FusedDtype::kFP32;
+};
+
+struct AddRmsNormBwdParams {
+  const void* h = nullptr;      // (rows, C), h_dtype: the forward's h (x when there was no residual)
+  const void* dy = nullptr;     // (rows, C), y_dtype
+  const void* dh_in = nullptr;  // (rows, C), h_dtype, or null (no other reader of h)
+  const float* gain = nullptr;  // (C)
+  const float* rstd = nullptr;  // (rows), from the forward
+  void* dx_out = nullptr;       // (rows, C), h_dtype
+  void* dresidual_out = nullptr;  // (rows, C), residual_dtype, or null (then the caller uses dx)
+  float* dgain_partial = nullptr;  // workspace (add_rmsnorm_bwd_partial_rows(rows), C) fp32
+  float* dgain_out = nullptr;      // (C)
+  int64_t rows = 0;
+  int cols = 0;
+  FusedDtype h_dtype = FusedDtype::kFP32, residual_dtype = FusedDtype::kFP32, y_dtype = FusedDtype::kFP32;
+};
+
+// Rows of the backward's dg workspace: one per block of the backward launch (a few per SM of the
+// current device), at most `rows`.
+int64_t add_rmsnorm_bwd_partial_rows(int64_t rows);
+
+// Launch on `stream` (cudaStream_t as void*); throw std::runtime_error on a bad size or a CUDA error.
+void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& params, void* stream);
+void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& params, void* stream);
+
+}  // namespace lmscale::kernels

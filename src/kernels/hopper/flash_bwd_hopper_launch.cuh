@@ -1,0 +1,44 @@
+// Host side of the Hopper backward's main kernel (flash_bwd_hopper.cuh): TMA maps for q, k, v and dout,
+// the shared memory opt-in, the grid. The caller runs the preprocess (D, dq_accum zeroed) before and
+// the dQ conversion after (flash_api.cu). Instantiated per dtype in flash_bwd_hopper_{bf16,fp16}.cu.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/hopper/flash_bwd_hopper.cuh"
+#include "kernels/hopper/flash_fwd_hopper_launch.cuh"  // make_map
+
+namespace lmscale::kernels::hopper {
+
+// Builds the maps and launches the backward of config C on `stream`; false (nothing launched) when TMA
+// cannot describe one of the tensors.
+template <typename C>
+bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
+  BwdMaps maps;
+  if (!make_map(&maps.q, p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems,
+                C::kBlockM, C::kSwizzleBytes) ||
+      !make_map(&maps.dout, p, p.dout, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride,
+                C::kSwizzleElems, C::kBlockM, C::kSwizzleBytes) ||
+      !make_map(&maps.k, p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems,
+                C::kBlockN, C::kSwizzleBytes) ||
+      !make_map(&maps.v, p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems,
+                C::kBlockN, C::kSwizzleBytes))
+    return false;
+  const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
+  check_grid_y(n_blocks, "flash_bwd_hopper_kernel");
+  auto* kernel = p.is_causal ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
+  static const bool opted_in = [] {
+    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, false>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    return true;
+  }();
+  (void)opted_in;
+  kernel<<<dim3(p.batch * p.heads, n_blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p);
+  LMSCALE_CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+}  // namespace lmscale::kernels::hopper

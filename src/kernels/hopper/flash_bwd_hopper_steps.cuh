@@ -1,0 +1,45 @@
+// The three launches of the Hopper backward, in order: the mma.sync backward's preprocess (D =
+// rowsum(dO ∘ O), dq_accum zeroed), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
+// library), and the mma.sync backward's dq_accum -> dq conversion. Included by flash_api.cu, whose
+// translation unit is built for every architecture of the build: the two shared kernels are instantiated
+// there, never in the sm_90a-only library (one kernel registered from two fat binaries with different
+// architectures would be ambiguous). tools/flash_hopper_probe.cu includes it as well.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/flash_bwd_kernel.cuh"
+#include "kernels/hopper/flash_hopper.h"
+
+namespace lmscale::kernels::hopper {
+
+// `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant).
+template <typename T, int D, typename MainKernel>
+void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
+  constexpr int kPreThreads = 128;
+  const int batch_heads = p.batch * p.heads;
+  const int pre_blocks = (p.seqlen_q + kPreThreads - 1) / kPreThreads;
+  check_grid_y(pre_blocks, "flash_bwd_preprocess_kernel");
+  flash::flash_bwd_preprocess_kernel<T, D><<<dim3(batch_heads, pre_blocks), kPreThreads, 0, stream>>>(p);
+  LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
+  main_kernel(p, stream);
+  const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
+  constexpr int kConvThreads = 256;
+  flash::flash_bwd_convert_dq_kernel<T, D>
+      <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
+  LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
+}
+
+// The whole Hopper backward for head dims 64, 80 and 128 (bwd_unsupported_reason(p) must be empty).
+template <typename T>
+void run_bwd_all_steps(const FlashParams& p, cudaStream_t stream) {
+  auto main_kernel = [](const FlashParams& q, cudaStream_t s) { run_bwd(q, s); };
+  switch (p.head_dim) {
+    case 64: return run_bwd_steps<T, 64>(p, stream, main_kernel);
+    case 80: return run_bwd_steps<T, 80>(p, stream, main_kernel);
+    case 128: return run_bwd_steps<T, 128>(p, stream, main_kernel);
+    default: throw std::runtime_error("run_flash_bwd (hopper): head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel");
+  }
+}
+
+}  // namespace lmscale::kernels::hopper

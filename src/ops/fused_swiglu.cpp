@@ -1,0 +1,101 @@
+// Bridge to the fused SwiGLU gate kernels; see fused_swiglu.h.
+#include "ops/fused_swiglu.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#ifdef LMSCALE_HAS_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/fused_swiglu_params.h"
+#endif
+
+namespace lmscale::ops {
+namespace {
+
+void check_shapes(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.sizes() == b.sizes() && a.dim() >= 1, "silu_mul: a ", a.sizes(), " and b ", b.sizes(),
+              " must have one shape");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "silu_mul: a is ", a.scalar_type(), " but b is ", b.scalar_type(),
+              ": give both one dtype");
+}
+
+// The elements between rows when t is rows of its last dim evenly spaced in memory (last dim
+// contiguous), -1 otherwise. A column block of a wider GEMM output qualifies.
+int64_t row_stride(const at::Tensor& t) {
+  if (t.stride(-1) != 1 && t.size(-1) > 1) return -1;
+  if (t.dim() == 1) return t.size(0);
+  for (int64_t d = 0; d + 2 < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != t.stride(d + 1) * t.size(d + 1)) return -1;
+  return t.stride(-2);
+}
+
+#ifdef LMSCALE_HAS_KERNELS
+kernels::SwiGluParams params_for(const at::Tensor& a, const at::Tensor& b) {
+  kernels::SwiGluParams p;
+  p.a = a.data_ptr();
+  p.b = b.data_ptr();
+  p.a_stride = row_stride(a);
+  p.b_stride = row_stride(b);
+  p.cols = a.size(-1);
+  p.rows = p.cols ? a.numel() / p.cols : 0;
+  p.dtype = a.scalar_type() == at::kBFloat16 ? kernels::FusedDtype::kBF16 : kernels::FusedDtype::kFP32;
+  return p;
+}
+
+struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    c10::cuda::CUDAGuard guard(a.device());
+    auto out = at::empty(a.sizes(), a.options().memory_format(at::MemoryFormat::Contiguous));
+    auto p = params_for(a, b);
+    p.out = out.data_ptr();
+    kernels::run_swiglu_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+    ctx->save_for_backward({a, b});
+    return out;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    auto saved = ctx->get_saved_variables();
+    const auto &a = saved[0], &b = saved[1];
+    c10::cuda::CUDAGuard guard(a.device());
+    auto dout = g[0].contiguous();
+    auto opts = a.options().memory_format(at::MemoryFormat::Contiguous);
+    auto da = at::empty(a.sizes(), opts), db = at::empty(a.sizes(), opts);
+    auto p = params_for(a, b);
+    p.dout = dout.data_ptr();
+    p.da = da.data_ptr();
+    p.db = db.data_ptr();
+    p.da_stride = p.db_stride = p.cols;
+    kernels::run_swiglu_bwd(p, at::cuda::getCurrentCUDAStream().stream());
+    return {da, db};
+  }
+};
+#endif
+
+}  // namespace
+
+bool silu_mul_uses_kernel(const at::Tensor& a, const at::Tensor& b) {
+#ifdef LMSCALE_HAS_KERNELS
+  return a.is_cuda() && b.device() == a.device() && a.scalar_type() == b.scalar_type() &&
+         (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kFloat) && a.sizes() == b.sizes() &&
+         a.dim() >= 1 && row_stride(a) >= 0 && row_stride(b) >= 0;
+#else
+  (void)a, (void)b;
+  return false;
+#endif
+}
+
+at::Tensor silu_mul(const at::Tensor& a, const at::Tensor& b) {
+  check_shapes(a, b);
+#ifdef LMSCALE_HAS_KERNELS
+  if (silu_mul_uses_kernel(a, b)) return SiluMulKernel::apply(a, b);
+#endif
+  return silu_mul_reference(a, b);
+}
+
+at::Tensor silu_mul_reference(const at::Tensor& a, const at::Tensor& b) {
+  check_shapes(a, b);
+  return at::silu(a) * b;
+}
+
+}  // namespace lmscale::ops
