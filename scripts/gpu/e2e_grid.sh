@@ -22,19 +22,16 @@
 # Knobs: CONTEXTS (128,256,512,1024), IMPLS (torch-eager,torch-compile,torch-compile-ro), ATTENTION
 # (flash), WARMUP / STEPS (5 / 10), LMSCALE_COMMIT (the GPU machine has no .git), LMSCALE_PYTHON.
 set -uo pipefail
-OUT=${1:?usage: $0 OUT build|start SIZE|wait [SECONDS]|status}
+source "$(dirname "$0")/script_init.sh" "$@"
 ACTION=${2:?usage: $0 OUT build|start SIZE|wait [SECONDS]|status}
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT" || exit 1
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu} PYTHONUNBUFFERED=1
 RES=$LMSCALE_BUILD_DIR/results
 PIDFILE=$RES/e2e_grid.pid
+source "$ROOT/scripts/gpu/background_job.sh"
 CONTEXTS=${CONTEXTS:-128,256,512,1024}
 IMPLS=${IMPLS:-torch-eager,torch-compile,torch-compile-ro}
 mkdir -p "$RES/e2e_grid"
 
-running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 size_of_run() { cat "$RES/e2e_grid.size" 2>/dev/null; }
 bring_back() {
   cp -r "$RES/e2e_grid" "$OUT/" 2>/dev/null
@@ -50,31 +47,23 @@ case $ACTION in
     ;;
   start)
     SIZE=${3:?usage: $0 OUT start SIZE (small, medium, large, xl, 2.7B)}
-    running && { echo "the $(size_of_run) sweep is still running (pid $(cat "$PIDFILE")): wait for it first"; exit 2; }
+    job_running && { echo "the $(size_of_run) sweep is still running (pid $(cat "$PIDFILE")): wait for it first"; exit 2; }
     [[ -x $LMSCALE_BUILD_DIR/lmscale ]] || { echo "no $LMSCALE_BUILD_DIR/lmscale: run '$0 OUT build' first"; exit 2; }
-    if [[ ! -s $RES/e2e_grid/e2e.jsonl && -s $ROOT/.gpu-carry/e2e_grid/e2e.jsonl ]]; then
-      cp "$ROOT/.gpu-carry/e2e_grid/e2e.jsonl" "$RES/e2e_grid/" && echo "went on from .gpu-carry/e2e_grid"
-    fi
+    job_resume_from_carry e2e_grid "$RES/e2e_grid"
     # The interpreter with torch that ./lmscale would pick (the GPU machines have it as python3).
     export LMSCALE_PYTHON=${LMSCALE_PYTHON:-$(command -v python3)}
     echo "$SIZE" >"$RES/e2e_grid.size"
     cd "$RES" || exit 1  # so the recorded command names a relative --out (no machine's folders)
-    setsid nohup "$LMSCALE_BUILD_DIR/lmscale" bench --size "$SIZE" --context "$CONTEXTS" --precision bf16 \
-      --mode train-step --attention "${ATTENTION:-flash}" --warmup "${WARMUP:-5}" --steps "${STEPS:-10}" \
-      --compare "$IMPLS" --resume --out e2e_grid >"$RES/$SIZE.log" 2>&1 </dev/null &
-    echo $! >"$PIDFILE"
-    echo "started $SIZE (pid $!): contexts $CONTEXTS, bf16 train step, baselines $IMPLS"
+    job_start "$RES/$SIZE.log" "$LMSCALE_BUILD_DIR/lmscale" bench --size "$SIZE" --context "$CONTEXTS" \
+      --precision bf16 --mode train-step --attention "${ATTENTION:-flash}" --warmup "${WARMUP:-5}" \
+      --steps "${STEPS:-10}" --impl "lmscale,$IMPLS" --resume --out e2e_grid
+    echo "started $SIZE (pid $(cat "$PIDFILE")): contexts $CONTEXTS, bf16 train step, baselines $IMPLS"
     ;;
   wait)
-    limit=${3:-540}
-    t0=$SECONDS
-    while running && ((SECONDS - t0 < limit)); do sleep 5; done
-    bring_back
-    if running; then echo "$(size_of_run): still running after ${limit}s (call wait again)"; exit 3; fi
-    echo "$(size_of_run): sweep ended"
+    job_wait "${3:-540}" bring_back "$(size_of_run)"
     ;;
   status)
-    if running; then echo "running: $(size_of_run) (pid $(cat "$PIDFILE"))"; else echo "nothing running"; fi
+    if job_running; then echo "running: $(size_of_run) (pid $(cat "$PIDFILE"))"; else echo "nothing running"; fi
     bring_back
     ;;
   *) echo "unknown action '$ACTION': use build, start SIZE, wait [SECONDS] or status"; exit 2 ;;

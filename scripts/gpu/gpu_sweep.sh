@@ -19,12 +19,12 @@ export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu} PYTHONUNBUFFERED=
 RES=$LMSCALE_BUILD_DIR/results
 SWEEP=$RES/e2e_compare
 PIDFILE=$RES/sweep.pid
+source "$ROOT/scripts/gpu/background_job.sh"
 CONTEXTS=128,256,512,1024 PRECISIONS=fp32,bf16 MODES=forward,forward-backward,train-step
 IMPLS=torch-eager,torch-compile
 count() { tr , '\n' <<<"$1" | wc -l; }
 CELLS=$(( $(count $CONTEXTS) * $(count $PRECISIONS) * $(count $MODES) * (1 + $(count $IMPLS)) ))  # per size
 mkdir -p "$SWEEP"
-running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 pack() {
   tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null
   tail -c 4000 "$RES/sweep.log" 2>/dev/null
@@ -32,11 +32,10 @@ pack() {
 
 case $ACTION in
   start)
-    running && { echo "a sweep is already running (pid $(cat "$PIDFILE"))"; exit 0; }
+    job_running && { echo "a sweep is already running (pid $(cat "$PIDFILE"))"; exit 0; }
     SIZES=${3:-small,medium,large,xl,2.7B}
-    if [[ ! -s $SWEEP/e2e.jsonl && -d $ROOT/.gpu-carry/e2e_compare ]]; then
-      cp "$ROOT/.gpu-carry/e2e_compare/e2e.jsonl" "$SWEEP/" && echo "restored results from .gpu-carry"
-    fi
+    echo "$SIZES" >"$RES/sweep.sizes"
+    job_resume_from_carry e2e_compare "$SWEEP"
     if [[ -s $SWEEP/e2e.jsonl ]]; then
       # Keep only sizes with every cell (configs × impls); the rest is measured again, whole.
       python3 - "$SWEEP/e2e.jsonl" "$CELLS" <<'EOF'
@@ -59,18 +58,13 @@ print("kept whole sizes:", sorted(whole) or "none", "; dropped:", sorted(set(cel
 EOF
     fi
     cd "$RES" || exit 1  # so the recorded command names a relative --out (no machine's folders)
-    setsid nohup timeout 3000 "$LMSCALE_BUILD_DIR/lmscale" bench --size "$SIZES" --context $CONTEXTS \
-      --precision $PRECISIONS --mode $MODES --warmup 2 --steps 5 --compare $IMPLS --resume --out e2e_compare >"$RES/sweep.log" 2>&1 < /dev/null &
-    echo $! >"$PIDFILE"
-    echo "sweep started (pid $!, sizes $SIZES)"
+    job_start "$RES/sweep.log" timeout 3000 "$LMSCALE_BUILD_DIR/lmscale" bench --size "$SIZES" \
+      --context "$CONTEXTS" --precision "$PRECISIONS" --mode "$MODES" --warmup 2 --steps 5 \
+      --impl "lmscale,$IMPLS" --resume --out e2e_compare
+    echo "sweep started (pid $(cat "$PIDFILE"), sizes $SIZES)"
     ;;
   wait)
-    limit=${3:-560}
-    t0=$SECONDS
-    while running && ((SECONDS - t0 < limit)); do sleep 5; done
-    pack
-    if running; then echo "still running after ${limit}s"; exit 3; fi
-    echo "sweep ended"
+    job_wait "${3:-560}" pack "sizes $(cat "$RES/sweep.sizes" 2>/dev/null)"
     ;;
   *) echo "unknown action $ACTION: use start or wait"; exit 2 ;;
 esac

@@ -40,7 +40,7 @@ want tests && stage tests "${TESTS_S:-200}" ctest --test-dir "$LMSCALE_BUILD_DIR
 want e2e && stage e2e "${E2E_S:-90}" "$BIN" bench --size small,xl,2.7B --context 512 --warmup 3 --steps 10 --out e2e
 # small: a real capture failure (a synchronize inside the capture) -> eager fallback with a note;
 # medium: a capture error that escapes -> recorded capture-failed; large still measured after both.
-want capture-fault && LMSCALE_INJECT_CAPTURE_SYNC=small LMSCALE_INJECT_FAULT=capture@medium stage capture-fault "${CAPTURE_S:-90}" "$BIN" bench \
+want capture-fault && LMSCALE_INJECT_FAULT=capture-sync@small,capture@medium stage capture-fault "${CAPTURE_S:-90}" "$BIN" bench \
   --size small,medium,large --context 128 --warmup 1 --steps 3 --out capture_fault
 want attention && stage attention "${ATTN_S:-60}" "$BIN" bench attention --leaderboard \
   --impl lmscale-flash,lmscale-fa2,sdpa-flash,sdpa-cudnn --out attention

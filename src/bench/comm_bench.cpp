@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/record.h"
 #include "core/results.h"
+#include "distributed/fault.h"
 #include "distributed/process_group.h"
 
 namespace lmscale {
@@ -43,10 +44,12 @@ void barrier(const Group& g) { max_over_ranks(g, 0.0); }
 double time_ops(const Group& g, const std::string& op, at::Tensor& in, at::Tensor& out, int n) {
   barrier(g);
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) {
-    distributed::wait(launch(g, op, in, out));
-    synchronize(g.device);
-  }
+  distributed::run_explained(g, "bench comm", op, -1, [&] {
+    for (int i = 0; i < n; ++i) {
+      distributed::wait(launch(g, op, in, out));
+      synchronize(g.device);
+    }
+  });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / n;
 }
 
@@ -98,7 +101,9 @@ std::string run_comm_bench(const CommBenchOptions& o) {
         const int64_t payload = (op == "all_reduce" ? numel : chunk * g.world_size) * 4;
         if (lead) std::cerr << "[comm] " << backend << " " << op << " " << fmt_bytes(payload) << " x" << g.world_size
                             << " ..." << std::flush;
-        for (int i = 0; i < o.warmup; ++i) distributed::wait(launch(g, op, in, out));
+        distributed::run_explained(g, "bench comm", op + " (warm-up)", -1, [&] {
+          for (int i = 0; i < o.warmup; ++i) distributed::wait(launch(g, op, in, out));
+        });
         synchronize(g.device);
         // One probe collective sizes the timed run so slow cells (Gloo at 1 GB) stay short.
         double probe = max_over_ranks(g, time_ops(g, op, in, out, 1));

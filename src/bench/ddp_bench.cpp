@@ -78,7 +78,7 @@ struct Design {
 double mean_over_ranks(const Group& g, double v) {
   at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(g.device));
   std::vector<at::Tensor> tv{t};
-  distributed::wait(g.backend->allreduce(tv));
+  distributed::wait_explained(g.backend->allreduce(tv), g, "bench ddp", "all-reduce of the loss", -1);
   return t.cpu().item<double>() / g.world_size;
 }
 
@@ -139,11 +139,16 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
 double allreduce_seconds(const Group& g, int64_t bytes, int iters) {
   at::Tensor t = at::full({std::max<int64_t>(bytes / 4, 1)}, 1.0f, at::TensorOptions().device(g.device));
   std::vector<at::Tensor> tv{t};
-  for (int i = 0; i < 3; ++i) distributed::wait(g.backend->allreduce(tv));
+  const std::string what = "all-reduce of " + std::to_string(bytes) + " bytes (overhead model)";
+  distributed::run_explained(g, "bench ddp", what, -1, [&] {
+    for (int i = 0; i < 3; ++i) distributed::wait(g.backend->allreduce(tv));
+  });
   synchronize(g.device);
   distributed::max_over_ranks(g, {0.0});
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) distributed::wait(g.backend->allreduce(tv));
+  distributed::run_explained(g, "bench ddp", what, -1, [&] {
+    for (int i = 0; i < iters; ++i) distributed::wait(g.backend->allreduce(tv));
+  });
   synchronize(g.device);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   return distributed::max_over_ranks(g, {s})[0];

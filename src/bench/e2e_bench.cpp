@@ -10,47 +10,25 @@
 #include "train/cuda_graph_step.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/fault_injection.h"
 #include "core/record.h"
 
 namespace lmscale {
 namespace {
 
-// The fault LMSCALE_INJECT_OOM / LMSCALE_INJECT_FAULT (see e2e_bench.h) asks for this config, or "".
-std::string injected_fault(const E2EConfig& c) {
-  std::vector<std::string> specs;  // "<fault>@<size>[:<context>]"
-  if (const char* oom = std::getenv("LMSCALE_INJECT_OOM"); oom && *oom) specs.push_back(std::string("oom@") + oom);
-  if (const char* faults = std::getenv("LMSCALE_INJECT_FAULT"); faults && *faults) {
-    std::string all = faults;
-    for (size_t at = 0; at <= all.size();) {
-      const size_t comma = std::min(all.find(',', at), all.size());
-      specs.push_back(all.substr(at, comma - at));
-      at = comma + 1;
-    }
-  }
-  for (const auto& spec : specs) {
-    const size_t a = spec.find('@');
-    TORCH_CHECK(a != std::string::npos, "LMSCALE_INJECT_FAULT entry '", spec,
-                "' is not <fault>@<size>[:<context>] (fault: oom, capture or error)");
-    const std::string fault = spec.substr(0, a), target = spec.substr(a + 1);
-    TORCH_CHECK(fault == "oom" || fault == "capture" || fault == "error", "LMSCALE_INJECT_FAULT: unknown fault '",
-                fault, "': use oom, capture or error");
-    const size_t colon = target.find(':');
-    const std::string size = target.substr(0, colon);
-    if (size != c.setup.model.name) continue;
-    if (colon != std::string::npos && std::stoll(target.substr(colon + 1)) != c.setup.context) continue;
-    return fault;
-  }
-  return "";
-}
-
-// Fails this config the way the real fault would, for tests of the paths that record it.
+// Fails this config the way the real fault would, for tests of the paths that record it: the first
+// fault LMSCALE_INJECT_OOM / LMSCALE_INJECT_FAULT (see e2e_bench.h) asks for it, other than
+// capture-sync (which the CUDA-graph capture itself acts on).
 void maybe_inject_fault(const E2EConfig& c) {
-  const std::string fault = injected_fault(c);
-  if (fault == "oom")  // an allocation no device can hold: the device's own allocator raises its own error
-    (void)torch::empty({int64_t{1} << 60}, torch::TensorOptions().dtype(torch::kUInt8).device(c.setup.device));
-  TORCH_CHECK(fault != "capture",
-              "CUDA error: operation not permitted when stream is capturing (injected: LMSCALE_INJECT_FAULT)");
-  TORCH_CHECK(fault != "error", "CUDA error: unspecified launch failure (injected: LMSCALE_INJECT_FAULT)");
+  for (const InjectedFault fault : injected_faults(c.setup.model.name, c.setup.context)) {
+    if (fault == InjectedFault::capture_sync) continue;
+    if (fault == InjectedFault::oom)  // an allocation no device can hold: its own allocator raises its own error
+      (void)torch::empty({int64_t{1} << 60}, torch::TensorOptions().dtype(torch::kUInt8).device(c.setup.device));
+    TORCH_CHECK(fault != InjectedFault::capture,
+                "CUDA error: operation not permitted when stream is capturing (injected: LMSCALE_INJECT_FAULT)");
+    TORCH_CHECK(fault != InjectedFault::error, "CUDA error: unspecified launch failure (injected: LMSCALE_INJECT_FAULT)");
+    return;
+  }
 }
 
 // A CUDA-graph capture that failed and reached the sweep (the graphed step falls back to eager where

@@ -42,10 +42,11 @@ struct E2EResult {
 // the result's status: oom (the CUDA caching allocator's c10::OutOfMemoryError, the CPU allocator's
 // "can't allocate memory", std::bad_alloc), capture-failed (a CUDA-graph capture error that reached
 // here), error (anything else, a kernel launch error say) — with the reason, so a sweep goes on.
-// Fault injection for tests, matching configs by size and optionally context:
+// Fault injection for tests, matching configs by size and optionally context (core/fault_injection.h):
 //   LMSCALE_INJECT_OOM=<size>[:<context>]    a real allocation far beyond any memory on the config's
 //                                            device (so CPU runs raise the CPU allocator's error)
-//   LMSCALE_INJECT_FAULT=<fault>@<size>[:<context>][,...]   fault: oom | capture | error
+//   LMSCALE_INJECT_FAULT=<fault>@<size>[:<context>][,...]   fault: oom | capture | error, or
+//                                            capture-sync (a real capture failure: train/cuda_graph_step.h)
 E2EResult run_e2e(const E2EConfig& config);
 
 // One record per metric (forward_ms, backward_ms, optimizer_ms, step_ms, tokens_per_s, mfu,

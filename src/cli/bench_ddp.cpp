@@ -8,14 +8,8 @@
 LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, bucketed vs single device", [](CLI::App& app) {
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
-  auto st = std::make_shared<StepArgs>();
-  st->size = {o->size};
-  st->context = {o->context};
+  auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
   st->precision = o->precisions;
-  st->impl = o->impls;
-  st->batch = o->batch;
-  st->warmup = o->warmup;
-  st->steps = o->steps;
   add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps,
                               kPrecision | kImpl,
                               {"single", "naive", "flat", "overlap", "bucketed"},

@@ -8,14 +8,8 @@
 LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO-1, ZeRO-2): memory breakdown and step time", [](CLI::App& app) {
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::ZeroBenchOptions>();
-  auto st = std::make_shared<StepArgs>();
-  st->size = {o->size};
-  st->context = {o->context};
+  auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
   st->precision = {o->precision};
-  st->impl = o->impls;
-  st->batch = o->batch;
-  st->warmup = o->warmup;
-  st->steps = o->steps;
   add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps, kImpl,
                               {"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"},
                               "optimizer-state layouts"});

@@ -84,6 +84,20 @@ void copy_common_step_fields(const StepArgs& a, DistributedBenchOptions& o) {
   o.steps = static_cast<int>(a.steps);
 }
 
+// The other way round: the step flags' defaults from a distributed benchmark's options, before the
+// flags are added (precision stays with the caller, as above).
+template <class DistributedBenchOptions>
+StepArgs step_defaults_from(const DistributedBenchOptions& o) {
+  StepArgs a;
+  a.size = {o.size};
+  a.context = {o.context};
+  a.impl = o.impls;
+  a.batch = o.batch;
+  a.warmup = o.warmup;
+  a.steps = o.steps;
+  return a;
+}
+
 // One point of the grid the lists span.
 struct StepPoint {
   std::string size;

@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include "distributed/bucketing.h"
+#include "distributed/fault.h"
 
 namespace lmscale::distributed {
 
@@ -17,13 +18,13 @@ void broadcast_from_rank0(const Group& group, const std::vector<at::Tensor>& ten
   for (const auto& chunk : assign_buckets(infos, 64LL << 20, /*reverse_order=*/false)) {
     if (chunk.size() == 1 && tensors[chunk[0]].is_contiguous()) {
       std::vector<at::Tensor> one{tensors[chunk[0]]};
-      wait(group.backend->broadcast(one, root0));
+      wait_explained(group.backend->broadcast(one, root0), group, "set-up", "broadcast of rank 0's parameters", -1);
       continue;
     }
     std::vector<at::Tensor> flat_parts;
     for (size_t i : chunk) flat_parts.push_back(tensors[i].reshape({-1}));
     std::vector<at::Tensor> flat{at::cat(flat_parts)};
-    wait(group.backend->broadcast(flat, root0));
+    wait_explained(group.backend->broadcast(flat, root0), group, "set-up", "broadcast of rank 0's parameters", -1);
     int64_t offset = 0;
     for (size_t i : chunk) {
       const at::Tensor& t = tensors[i];

@@ -4,8 +4,9 @@
 //
 // Note [DDP policies]
 // All four strategies run the same code: assignment (assign_buckets with a cap), marking
-// (mark_variable_ready decrements the bucket's pending count; buckets launch strictly in index
-// order, so every rank issues the same sequence of collectives) and communication (comm_hook_).
+// (mark_variable_ready counts the gradient in the BucketSchedule, shared with ZeRO-2; buckets launch
+// strictly in index order, so every rank issues the same sequence of collectives) and
+// communication (comm_hook_).
 // They differ in two knobs only:
 //   strategy   cap                 who marks
 //   naive      0 (one param each)  finish, after backward
@@ -24,9 +25,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <sstream>
-#include <unordered_set>
 
 #include "distributed/broadcast.h"
+#include "distributed/bucket_schedule.h"
 #include "distributed/fault.h"
 #include "distributed/flat_view.h"
 #include "distributed/ready_hook.h"
@@ -128,10 +129,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   cap_bytes_ = bucket_cap_of(options_);
   if (options_.strategy == DdpStrategy::Bucketed && options_.first_bucket_mb >= 0)
     first_cap_bytes_ = std::min(bucket_cap_bytes(options_.first_bucket_mb), cap_bytes_);
-  // A tied weight appears once per use in a module's parameter list but has one gradient.
-  std::unordered_set<const void*> seen;
-  for (auto& p : params)
-    if (seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
+  params_ = unique_tensors(params);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     TORCH_CHECK(p.defined(), "DDP: parameter ", i, " is an undefined tensor; pass only real parameters.");
@@ -150,12 +148,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
   std::vector<at::Tensor> to_broadcast = params_;
   to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
   broadcast_from_rank0(group_, to_broadcast);
-  {
-    std::vector<TensorInfo> infos;
-    for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
-    build_buckets(assign_buckets(infos, cap_bytes_, /*reverse_order=*/true, first_cap_bytes_));
-  }
-  if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed) register_hooks();
+  build_buckets(assign_buckets(bucket_infos(params_), cap_bytes_, /*reverse_order=*/true, first_cap_bytes_));
+  if (options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed)
+    hooks_.add(params_, [this](size_t i) { mark_variable_ready(i); });
   reset_step();
 }
 
@@ -172,15 +167,8 @@ void DistributedDataParallel::check_on_group_device(const at::Tensor& t, const c
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (auto& [node, key] : hooks_) node->del_post_hook(key);
-  for (auto& b : buckets_) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (...) {
-      // A failed collective was already reported by finish (or the process is going down).
-    }
-  }
+  hooks_.remove();
+  for (auto& b : buckets_) wait_quietly(b.work);
 }
 
 // ---------------------------------------------------------------- agree before communicating
@@ -204,14 +192,14 @@ void DistributedDataParallel::verify_across_ranks(const std::vector<at::Tensor>&
   std::vector<at::Tensor> lv{len};
   c10d::AllreduceOptions max_op;
   max_op.reduceOp = c10d::ReduceOp::MAX;
-  wait(group_.backend->allreduce(lv, max_op));
+  wait_explained(group_.backend->allreduce(lv, max_op), group_, "ddp set-up", "all-reduce of parameter-list lengths", -1);
   const int64_t max_len = len.cpu().item<int64_t>();
   std::vector<int64_t> padded = sig;
   padded.resize(static_cast<size_t>(max_len), -7);
   std::vector<at::Tensor> in{at::tensor(padded, at::kLong).to(group_.device)};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < group_.world_size; ++r) out[0].push_back(at::empty({max_len}, opts));
-  wait(group_.backend->allgather(out, in));
+  wait_explained(group_.backend->allgather(out, in), group_, "ddp set-up", "all-gather of parameter shapes", -1);
 
   const at::Tensor ref = out[0][0].cpu();
   const int64_t* a = ref.data_ptr<int64_t>();
@@ -245,14 +233,11 @@ void DistributedDataParallel::build_buckets(const std::vector<std::vector<size_t
   for (size_t b = 0; b < assignment_.size(); ++b) {
     Bucket bucket;
     bucket.variables = assignment_[b];
-    int64_t total = 0;
-    for (size_t i : bucket.variables) {
-      bucket.offsets.push_back(total);
-      bucket.lengths.push_back(params_[i].numel());
-      total += params_[i].numel();
-    }
+    BucketLayout layout = bucket_layout(params_, bucket.variables);
+    bucket.offsets = std::move(layout.offsets);
+    bucket.lengths = std::move(layout.lengths);
     const auto& first = params_[bucket.variables.front()];
-    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    bucket.buffer = at::zeros({layout.total}, first.options().requires_grad(false));
     for (size_t k = 0; k < bucket.variables.size(); ++k) {
       const size_t i = bucket.variables[k];
       slots_[i].bucket = b;
@@ -260,6 +245,7 @@ void DistributedDataParallel::build_buckets(const std::vector<std::vector<size_t
     }
     buckets_.push_back(std::move(bucket));
   }
+  schedule_.assign(assignment_, params_.size());
 }
 
 // Note [Ready-order rebuild]
@@ -279,16 +265,15 @@ void DistributedDataParallel::rebuild_buckets_from_ready_order() {
   std::vector<at::Tensor> tv{t};
   c10d::BroadcastOptions root0;
   root0.rootRank = 0;
-  wait(group_.backend->broadcast(tv, root0));
+  wait_explained(group_.backend->broadcast(tv, root0), group_, "ddp", "broadcast of rank 0's gradient ready order",
+                 steps_done_);
   t = t.cpu();
   std::vector<size_t> agreed;
   for (int64_t k = 0; k < t.numel(); ++k) {
     const int64_t i = t[k].item<int64_t>();
     if (i >= 0) agreed.push_back(static_cast<size_t>(i));
   }
-  std::vector<TensorInfo> infos;
-  for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
-  auto assignment = assign_buckets_in_order(infos, agreed, cap_bytes_, first_cap_bytes_);
+  auto assignment = assign_buckets_in_order(bucket_infos(params_), agreed, cap_bytes_, first_cap_bytes_);
   if (assignment == assignment_) return;
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads(params_.size());
@@ -302,22 +287,14 @@ void DistributedDataParallel::rebuild_buckets_from_ready_order() {
     }
 }
 
-void DistributedDataParallel::register_hooks() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].requires_grad()) continue;
-    hooks_.push_back(add_ready_hook(params_[i], [this, i] { mark_variable_ready(i); }));
-  }
-}
-
 // ---------------------------------------------------------------- marking
 
 void DistributedDataParallel::mark_variable_ready(size_t i) {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(!ready_[i], "DDP (rank ", group_.rank, "): parameter ", i, " of shape ", params_[i].sizes(),
+  TORCH_CHECK(!schedule_.is_ready(i), "DDP (rank ", group_.rank, "): parameter ", i, " of shape ", params_[i].sizes(),
               " received its gradient twice in one step. Likely causes: backward ran twice before "
               "finish_gradient_synchronization() (call finish after every backward), or the parameter is "
               "used inside a reentrant checkpoint.");
-  ready_[i] = true;
   if (!in_finish_) step_.ready_order.push_back(i);
   c10::NoGradGuard no_grad;
   Slot& slot = slots_[i];
@@ -330,30 +307,27 @@ void DistributedDataParallel::mark_variable_ready(size_t i) {
     slot.view.copy_(grad);
   }
   grad = slot.view;
-  Bucket& bucket = buckets_[slot.bucket];
-  TORCH_INTERNAL_ASSERT(bucket.pending > 0, "bucket ", slot.bucket, " has no pending gradients left");
-  if (--bucket.pending == 0) launch_ready_buckets_in_order();
+  if (schedule_.mark_ready(i)) launch_ready_buckets_in_order();
 }
 
 void DistributedDataParallel::launch_ready_buckets_in_order() {
   // A bucket whose gradients are ready waits for every earlier bucket: all ranks then launch the
   // same collectives in the same order even if their backward passes finish buckets differently.
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& b = buckets_[next_bucket_];
+  schedule_.launch_ready_in_order([this](size_t index) {
+    Bucket& b = buckets_[index];
     GradBucket handoff;
-    handoff.index = next_bucket_;
+    handoff.index = index;
     handoff.step = steps_done_;
     handoff.buffer = b.buffer;
     handoff.offsets = b.offsets;
     handoff.lengths = b.lengths;
     for (size_t i : b.variables) handoff.params.push_back(params_[i]);
     b.work = comm_hook_(handoff);
-    TORCH_CHECK(b.work, "DDP: the comm hook returned no work handle for bucket ", next_bucket_,
+    TORCH_CHECK(b.work, "DDP: the comm hook returned no work handle for bucket ", index,
                 "; a hook must return the Work of the collective it started.");
-    step_.launch_order.push_back(next_bucket_);
+    step_.launch_order.push_back(index);
     if (!in_finish_) ++step_.launched_during_backward;
-    ++next_bucket_;
-  }
+  });
 }
 
 // ---------------------------------------------------------------- finish
@@ -362,10 +336,7 @@ void DistributedDataParallel::finish_gradient_synchronization() {
   in_finish_ = true;
   // Policies without hooks mark everything now; with hooks, only parameters that got no gradient
   // in this backward are still unmarked.
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].requires_grad() && !ready_[i]) mark_variable_ready(i);
-  TORCH_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "only ", next_bucket_, " of ", buckets_.size(),
-                        " buckets launched after marking every parameter");
+  schedule_.mark_remaining(params_, [this](size_t i) { mark_variable_ready(i); }, "DDP");
   publish_progress(group_, "ddp", steps_done_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     try {
@@ -405,9 +376,7 @@ void DistributedDataParallel::zero_grad() {
 }
 
 void DistributedDataParallel::reset_step() {
-  ready_.assign(params_.size(), false);
-  for (auto& b : buckets_) b.pending = b.variables.size();
-  next_bucket_ = 0;
+  schedule_.start_step();
   last_step_ = std::move(step_);
   step_ = DdpStepStats{};
 }

@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "distributed/bucket_schedule.h"
 #include "distributed/bucketing.h"
 #include "distributed/process_group.h"
+#include "distributed/ready_hook.h"
 
 namespace lmscale::distributed {
 
@@ -113,7 +115,6 @@ class DistributedDataParallel {
     std::vector<size_t> variables;  // indices into params_
     at::Tensor buffer;
     std::vector<int64_t> offsets, lengths;
-    size_t pending = 0;             // gradients not yet ready in this step
     c10::intrusive_ptr<c10d::Work> work;
   };
   struct Slot {                     // where a parameter's gradient lives
@@ -125,7 +126,6 @@ class DistributedDataParallel {
   void verify_across_ranks(const std::vector<at::Tensor>& buffers);
   void build_buckets(const std::vector<std::vector<size_t>>& assignment);
   void rebuild_buckets_from_ready_order();
-  void register_hooks();
   // Marking: called by the hook (or by finish for policies without hooks) once params_[i]'s
   // gradient is complete for this step.
   void mark_variable_ready(size_t i);
@@ -139,11 +139,10 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> assignment_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;                // per parameter (unused when requires_grad is false)
-  std::vector<bool> ready_;                // per parameter, this step
-  size_t next_bucket_ = 0;                 // buckets launch strictly in index order
+  BucketSchedule schedule_;                // readiness this step; buckets launch in index order
   bool in_finish_ = false;
   std::mutex mutex_;                       // hooks may run on autograd worker threads
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  ReadyHooks hooks_;
   DdpStepStats step_, last_step_;
   int64_t cap_bytes_ = 0, first_cap_bytes_ = -1;
   int64_t steps_done_ = 0;

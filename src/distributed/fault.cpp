@@ -61,9 +61,10 @@ std::string explain_collective_failure(const Group& group, const std::string& wh
   std::ostringstream os;
   const std::string raw = first_line(cause.what());
   const bool timed_out = raw.find("imed out") != std::string::npos || raw.find("imeout") != std::string::npos;
-  os << "rank " << group.rank << " of " << group.world_size << ": " << collective << " in " << what << " step " << step
-     << (timed_out ? " timed out" : " failed") << " (" << backend_name(group.kind) << ": " << raw << ").";
-  if (group.store) {
+  os << "rank " << group.rank << " of " << group.world_size << ": " << collective << " in " << what;
+  if (step >= 0) os << " step " << step;
+  os << (timed_out ? " timed out" : " failed") << " (" << backend_name(group.kind) << ": " << raw << ").";
+  if (group.store && step >= 0) {
     auto steps = last_steps(group, what, std::chrono::seconds(5));
     if (steps.empty()) {
       os << " The rendezvous store (served by rank 0) did not answer within 5 s: rank 0 may be the stuck one.";
@@ -75,7 +76,8 @@ std::string explain_collective_failure(const Group& group, const std::string& wh
                                                      ? " (never reported a step)"
                                                      : " (last at step " + std::to_string(steps[static_cast<size_t>(r)]) + ")"));
       if (missing.empty()) {
-        os << " Every rank reached step " << step << " according to the rendezvous store.";
+        os << " Every rank reached step " << step << " according to the rendezvous store, so one stalled inside "
+           << "this collective (stopped, killed, or cut off from the others).";
       } else {
         os << " Ranks that did not arrive at step " << step << ": ";
         for (size_t k = 0; k < missing.size(); ++k) os << (k ? ", " : "") << missing[k];
@@ -92,11 +94,17 @@ std::string explain_collective_failure(const Group& group, const std::string& wh
 
 void wait_explained(const c10::intrusive_ptr<c10d::Work>& work, const Group& group, const std::string& what,
                     const std::string& collective, int64_t step) {
+  run_explained(group, what, collective, step, [&] { wait(work); });
+}
+
+void wait_quietly(c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work) return;
   try {
-    wait(work);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, explain_collective_failure(group, what, collective, step, e));
+    work->wait();
+  } catch (...) {
+    // Reported by finish already, or the process is going down.
   }
+  work.reset();
 }
 
 int64_t bit_checksum(const at::Tensor& t) {

@@ -4,6 +4,7 @@
 // first one that diverged.
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <exception>
 #include <string>
@@ -21,13 +22,31 @@ void publish_progress(const Group& group, const std::string& what, int64_t step)
 // The message for a failed collective: "rank R: <collective> in <what> step S failed: <cause>.",
 // then which ranks had not reached step S according to the store (asked with a short deadline: the
 // store server lives in rank 0, which may be the stuck one), then the timeout and the variable that
-// sets it, then the likely causes.
+// sets it, then the likely causes. step < 0: a collective outside the training steps (set-up,
+// statistics, a benchmark's own collectives): no step is named and the store is not asked.
 std::string explain_collective_failure(const Group& group, const std::string& what, const std::string& collective,
                                        int64_t step, const std::exception& cause);
+
+// Runs `collectives` (code that starts collectives of `group` and waits for them, nothing else);
+// a failure or timeout throws explain_collective_failure's message instead. One try block around a
+// whole timed loop costs nothing per iteration.
+template <class Fn>
+void run_explained(const Group& group, const std::string& what, const std::string& collective, int64_t step,
+                   Fn&& collectives) {
+  try {
+    collectives();
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, explain_collective_failure(group, what, collective, step, e));
+  }
+}
 
 // Waits for `work`; a failure or timeout throws explain_collective_failure's message instead.
 void wait_explained(const c10::intrusive_ptr<c10d::Work>& work, const Group& group, const std::string& what,
                     const std::string& collective, int64_t step);
+
+// Waits for `work` when there is one and drops it, ignoring a failure: the clean-up of a destructor
+// (finish already reported the failure, or the process is going down).
+void wait_quietly(c10::intrusive_ptr<c10d::Work>& work);
 
 // Exact checksum of a tensor's bits: the sum of its elements reinterpreted as integers of the same
 // width (so any single changed bit changes it), as an int64 on the CPU.

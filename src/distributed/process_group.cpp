@@ -2,6 +2,8 @@
 // process_group_nccl.cpp so that only one translation unit pays for its headers).
 #include "distributed/process_group.h"
 
+#include "distributed/fault.h"
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -195,7 +197,7 @@ std::vector<double> max_over_ranks(const Group& group, std::vector<double> value
   std::vector<at::Tensor> tv{t};
   c10d::AllreduceOptions max_op;
   max_op.reduceOp = c10d::ReduceOp::MAX;
-  wait(group.backend->allreduce(tv, max_op));
+  wait_explained(group.backend->allreduce(tv, max_op), group, "statistics", "all-reduce (max) of per-rank values", -1);
   t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
   return values;

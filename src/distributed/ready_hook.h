@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace lmscale::distributed {
 
@@ -37,5 +38,28 @@ inline std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t> add_ready_ho
   uintptr_t key = acc->add_post_hook(std::make_unique<MarkReadyHook>(std::move(fn)));
   return {std::move(acc), key};
 }
+
+// The readiness hooks of one DDP or ZeRO-2 object: fn(i) runs when parameter i's gradient is final,
+// for every parameter that requires grad. remove() takes them all off (the owner's destructor calls
+// it before anything the hooks use goes away; this destructor does it too).
+class ReadyHooks {
+ public:
+  ReadyHooks() = default;
+  ReadyHooks(const ReadyHooks&) = delete;
+  ReadyHooks& operator=(const ReadyHooks&) = delete;
+  ~ReadyHooks() { remove(); }
+
+  void add(const std::vector<at::Tensor>& params, const std::function<void(size_t)>& fn) {
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].requires_grad()) hooks_.push_back(add_ready_hook(params[i], [fn, i] { fn(i); }));
+  }
+  void remove() {
+    for (auto& [node, key] : hooks_) node->del_post_hook(key);
+    hooks_.clear();
+  }
+
+ private:
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+};
 
 }  // namespace lmscale::distributed

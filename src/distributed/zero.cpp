@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "distributed/fault.h"
 #include "distributed/flat_view.h"
 
 namespace lmscale::distributed {
@@ -162,7 +163,7 @@ void ShardedOptimizer::step_broadcast_owners() {
     from_owner.rootRank = owners_[i];
     works.push_back(group_.backend->broadcast(t, from_owner));
   }
-  for (auto& w : works) wait(w);
+  for (auto& w : works) wait_explained(w, group_, "zero1", "broadcast of updated parameters from their owners", -1);
 }
 
 void ShardedOptimizer::step_reduce_scatter() {
@@ -184,7 +185,7 @@ void ShardedOptimizer::step_reduce_scatter() {
     works.push_back(group_.backend->_reduce_scatter_base(out, fg.flat_grads));
   }
   for (size_t g = 0; g < flat_.size(); ++g) {
-    wait(works[g]);
+    wait_explained(works[g], group_, "zero1", "reduce-scatter of gradient group " + std::to_string(g), -1);
     flat_[g].shard_param.mutable_grad().div_(group_.world_size);
   }
   local_->step();
@@ -193,7 +194,7 @@ void ShardedOptimizer::step_reduce_scatter() {
     // In place: this rank's input is its own slice of the output buffer.
     works.push_back(group_.backend->_allgather_base(fg.flat_params, fg.shard_param));
   }
-  for (auto& w : works) wait(w);
+  for (auto& w : works) wait_explained(w, group_, "zero1", "all-gather of updated parameters", -1);
 }
 
 void ShardedOptimizer::zero_grad(bool set_to_none) {

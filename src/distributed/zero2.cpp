@@ -18,9 +18,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
-#include <unordered_set>
-
 #include "distributed/broadcast.h"
+#include "distributed/bucket_schedule.h"
 #include "distributed/fault.h"
 #include "distributed/ready_hook.h"
 
@@ -32,9 +31,7 @@ Zero2::Zero2(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers, Gr
   TORCH_CHECK(group_.backend, "ZeRO-2: the group has no backend; build it with make_group().");
   const int64_t cap = bucket_cap_bytes(options_.bucket_mb);
   const int64_t first_cap = options_.first_bucket_mb >= 0 ? std::min(bucket_cap_bytes(options_.first_bucket_mb), cap) : -1;
-  std::unordered_set<const void*> seen;
-  for (auto& p : params)
-    if (seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
+  params_ = unique_tensors(params);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     TORCH_CHECK(p.defined() && p.device() == group_.device, "ZeRO-2: parameter ", i, " is on ",
@@ -47,23 +44,17 @@ Zero2::Zero2(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers, Gr
   to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
   broadcast_from_rank0(group_, to_broadcast);
 
-  std::vector<TensorInfo> infos;
-  for (auto& p : params_) infos.push_back({p.numel(), p.scalar_type(), p.device(), p.requires_grad()});
-  assignment_ = assign_buckets(infos, cap, /*reverse_order=*/true, first_cap);
-  bucket_of_.assign(params_.size(), 0);
+  assignment_ = assign_buckets(bucket_infos(params_), cap, /*reverse_order=*/true, first_cap);
+  schedule_.assign(assignment_, params_.size());
   local_ = std::make_unique<torch::optim::AdamW>(std::vector<at::Tensor>{}, adamw);
   std::vector<at::Tensor> slices;
   c10::NoGradGuard no_grad;
   for (size_t b = 0; b < assignment_.size(); ++b) {
     Bucket bucket;
     bucket.variables = assignment_[b];
-    int64_t total = 0;
-    for (size_t i : bucket.variables) {
-      bucket.offsets.push_back(total);
-      total += params_[i].numel();
-      bucket_of_[i] = b;
-    }
-    bucket.shard = even_shard(total, group_.world_size, group_.rank);
+    BucketLayout layout = bucket_layout(params_, bucket.variables);
+    bucket.offsets = std::move(layout.offsets);
+    bucket.shard = even_shard(layout.total, group_.world_size, group_.rank);
     const auto& first = params_[bucket.variables.front()];
     bucket.flat_params = at::zeros({bucket.shard.padded_total}, first.options().requires_grad(false));
     for (size_t k = 0; k < bucket.variables.size(); ++k) {
@@ -79,39 +70,28 @@ Zero2::Zero2(std::vector<at::Tensor> params, std::vector<at::Tensor> buffers, Gr
     buckets_.push_back(std::move(bucket));
   }
   if (!slices.empty()) local_->add_param_group(torch::optim::OptimizerParamGroup(slices, std::make_unique<torch::optim::AdamWOptions>(adamw)));
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].requires_grad()) hooks_.push_back(add_ready_hook(params_[i], [this, i] { mark_variable_ready(i); }));
+  hooks_.add(params_, [this](size_t i) { mark_variable_ready(i); });
   reset_step();
 }
 
 Zero2::~Zero2() {
-  for (auto& [node, key] : hooks_) node->del_post_hook(key);
-  for (auto& b : buckets_) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (...) {
-      // Already reported by finish_gradient_synchronization (or the process is going down).
-    }
-  }
+  hooks_.remove();
+  for (auto& b : buckets_) wait_quietly(b.work);
 }
 
 void Zero2::mark_variable_ready(size_t i) {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(!ready_[i], "ZeRO-2 (rank ", group_.rank, "): parameter ", i, " of shape ", params_[i].sizes(),
+  TORCH_CHECK(!schedule_.is_ready(i), "ZeRO-2 (rank ", group_.rank, "): parameter ", i, " of shape ", params_[i].sizes(),
               " received its gradient twice in one step: call step() (or finish_gradient_synchronization) after "
               "every backward; gradient accumulation over several backwards is not supported.");
-  ready_[i] = true;
-  Bucket& b = buckets_[bucket_of_[i]];
-  TORCH_INTERNAL_ASSERT(b.pending > 0, "bucket ", bucket_of_[i], " has no pending gradients left");
-  if (--b.pending == 0) launch_ready_buckets_in_order();
+  if (schedule_.mark_ready(i)) launch_ready_buckets_in_order();
 }
 
 void Zero2::launch_ready_buckets_in_order() {
   c10::NoGradGuard no_grad;
   // In index order on every rank, as DDP: the collectives must match across ranks.
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& b = buckets_[next_bucket_];
+  schedule_.launch_ready_in_order([this](size_t index) {
+    Bucket& b = buckets_[index];
     b.sending = at::empty({b.shard.padded_total}, b.flat_params.options());
     int64_t end = 0;
     for (size_t k = 0; k < b.variables.size(); ++k) {
@@ -129,16 +109,12 @@ void Zero2::launch_ready_buckets_in_order() {
     at::Tensor out = b.shard_param.mutable_grad();
     b.work = group_.backend->_reduce_scatter_base(out, b.sending);
     if (!in_finish_) ++launched_during_backward_;
-    ++next_bucket_;
-  }
+  });
 }
 
 void Zero2::finish_gradient_synchronization() {
   in_finish_ = true;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].requires_grad() && !ready_[i]) mark_variable_ready(i);
-  TORCH_INTERNAL_ASSERT(next_bucket_ == buckets_.size(), "only ", next_bucket_, " of ", buckets_.size(),
-                        " ZeRO-2 buckets launched after marking every parameter");
+  schedule_.mark_remaining(params_, [this](size_t i) { mark_variable_ready(i); }, "ZeRO-2");
   in_finish_ = false;
   publish_progress(group_, "zero2", steps_done_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -176,9 +152,7 @@ void Zero2::zero_grad() {
 }
 
 void Zero2::reset_step() {
-  ready_.assign(params_.size(), false);
-  for (auto& b : buckets_) b.pending = b.variables.size();
-  next_bucket_ = 0;
+  schedule_.start_step();
   finished_ = false;
   last_launched_during_backward_ = launched_during_backward_;
   launched_during_backward_ = 0;

@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "distributed/bucket_schedule.h"
 #include "distributed/bucketing.h"
 #include "distributed/process_group.h"
+#include "distributed/ready_hook.h"
 #include "distributed/zero.h"
 
 namespace lmscale::distributed {
@@ -63,7 +65,6 @@ class Zero2 {
     at::Tensor flat_params;               // shard.padded_total elements; the parameters live in it
     at::Tensor shard_param;               // this rank's slice of flat_params (what AdamW updates)
     at::Tensor sending;                   // the bucket's full gradients while they are reduce-scattered
-    size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
   };
   void mark_variable_ready(size_t i);
@@ -76,14 +77,12 @@ class Zero2 {
   std::unique_ptr<torch::optim::AdamW> local_;
   std::vector<std::vector<size_t>> assignment_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;         // per parameter
-  std::vector<bool> ready_;
-  size_t next_bucket_ = 0;
+  BucketSchedule schedule_;               // readiness this step; buckets launch in index order
   bool in_finish_ = false, finished_ = false;
   size_t launched_during_backward_ = 0, last_launched_during_backward_ = 0;
   int64_t steps_done_ = 0;
   std::mutex mutex_;
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  ReadyHooks hooks_;
 };
 
 }  // namespace lmscale::distributed

@@ -3,8 +3,9 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
 #include <string>
+
+#include "core/fault_injection.h"
 
 #ifdef LMSCALE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -59,11 +60,11 @@ struct RecoverableGraph : at::cuda::CUDAGraph {
   }
 };
 
-// LMSCALE_INJECT_CAPTURE_SYNC=<size>: a device-wide synchronize inside the capture of that size's
-// step, which CUDA forbids: a real capture failure, so the fallback and its clean-up run on a GPU.
-bool inject_sync_during_capture(const std::string& size) {
-  const char* v = std::getenv("LMSCALE_INJECT_CAPTURE_SYNC");
-  return v && size == v;
+// LMSCALE_INJECT_FAULT=capture-sync@<size>[:<context>]: a device-wide synchronize inside the capture
+// of that config's step, which CUDA forbids: a real capture failure, so the fallback and its clean-up
+// run on a GPU.
+bool inject_sync_during_capture(const TrainingStep& step) {
+  return fault_injected(InjectedFault::capture_sync, step.setup().model.name, step.setup().context);
 }
 }  // namespace
 
@@ -94,9 +95,10 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
     // and cudaFree is illegal while a stream captures ("operation not permitted when stream is
     // capturing"). Handing the cache back first lets the private pool take that memory instead.
     c10::cuda::CUDACachingAllocator::emptyCache();
+    const bool sync_inside_capture = inject_sync_during_capture(step);
     try {
       impl_->graph.capture_begin();
-      if (inject_sync_during_capture(step.setup().model.name)) c10::cuda::device_synchronize();
+      if (sync_inside_capture) c10::cuda::device_synchronize();
       step.run(mode, nullptr, /*keep_grads=*/false);
       impl_->graph.capture_end();
     } catch (...) {

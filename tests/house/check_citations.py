@@ -9,9 +9,10 @@ CTest (House.Citations); no build needed.
     python3 tests/house/check_citations.py --self-test   # it catches what it should, on a made-up tree
 """
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import house_check
 
 CITED = {"spec": "docs/spec.md", "design": "docs/design.md"}
 CITATION = re.compile(r"\b(spec|design)\.md §(\d+(?:\.\d+)?)")
@@ -21,7 +22,6 @@ HEADING = re.compile(r"^(##|###)\s+(\d+(?:\.\d+)?)\.?\s")
 GONE = {"REFERENCE" + " §": "docs/spec.md §N (same numbers)", "STYLE" + ".md": "docs/design.md §5",
         "DESIGN" + ".md": "docs/design.md §N"}
 TEXT_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".cmake", ""}
-SKIP_PARTS = {".git", ".deps", ".venv", "build", "node_modules"}
 
 
 def sections(doc: Path):
@@ -34,12 +34,7 @@ def sections(doc: Path):
 
 
 def tracked_files(root: Path):
-    try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True).stdout
-        paths = [root / p for p in out.decode().split("\0") if p]
-    except (OSError, subprocess.CalledProcessError):  # no git (a copied tree): walk it
-        paths = [p for p in root.rglob("*") if not SKIP_PARTS & set(p.relative_to(root).parts)]
-    return [p for p in paths if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.name == "CMakeLists.txt")]
+    return [p for p in house_check.tree_files(root) if p.suffix in TEXT_SUFFIXES or p.name == "CMakeLists.txt"]
 
 
 def problems(root: Path):
@@ -50,12 +45,7 @@ def problems(root: Path):
             yield f"{rel} is missing: every `{key}.md §N` citation needs it"
             return
         known[key] = sections(doc)
-    for path in sorted(tracked_files(root)):
-        rel = path.relative_to(root).as_posix()
-        try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
+    for rel, text in house_check.texts(root, tracked_files(root)):
         own = next((k for k, v in CITED.items() if v == rel), None)
         for number, line in enumerate(text.splitlines(), 1):
             where = f"{rel}:{number}"
@@ -90,24 +80,8 @@ def self_test() -> int:
                                         "// " + "STYLE" + ".md is gone\n")
         found = list(problems(root))
     expected = ["spec.md:4: §4", "a.cpp:2: spec.md §2", "a.cpp:3: design.md §3", "a.cpp:4: cites"]
-    missed = [e for e in expected if not any(e in f for f in found)]
-    for m in missed:
-        print(f"self-test: expected a problem like '{m}', got: {found}")
-    if len(found) != len(expected):
-        print(f"self-test: expected {len(expected)} problems, got {len(found)}: {found}")
-    return 1 if missed or len(found) != len(expected) else 0
-
-
-def main() -> int:
-    if sys.argv[1:] == ["--self-test"]:
-        return self_test()
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2])
-    found = list(problems(root))
-    for p in found:
-        print(p)
-    print(f"check_citations: {len(found)} problem(s)")
-    return 1 if found else 0
+    return house_check.expect_found(found, expected)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(house_check.main("check_citations", problems, self_test))

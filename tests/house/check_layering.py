@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+import house_check
+
 # folder -> layer; the table of docs/design.md §2. A folder may include its own headers and those of
 # folders in a strictly lower layer.
 LAYERS = {
@@ -30,6 +32,8 @@ FRAMEWORK_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]((ATen|c10|torch)/[^>"]*)
 
 def violations(root: Path):
     src = root / "src"
+    if not src.is_dir():
+        yield f"{root} has no src/ folder; pass the repo root"
     for path in sorted(src.rglob("*")):
         if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
             continue
@@ -82,27 +86,8 @@ def self_test() -> int:
             (root / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / "src" / rel).write_text(text)
         found = list(violations(root))
-    missed = [e for e in expected if not any(f"src/{e}:" in f for f in found)]
-    for m in missed:
-        print(f"self-test: expected a violation at src/{m}, got: {found}")
-    if len(found) != len(expected):
-        print(f"self-test: expected {len(expected)} violations, got {len(found)}: {found}")
-    return 1 if missed or len(found) != len(expected) else 0
-
-
-def main() -> int:
-    if sys.argv[1:] == ["--self-test"]:
-        return self_test()
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2])
-    if not (root / "src").is_dir():
-        print(f"check_layering: {root} has no src/ folder; pass the repo root", file=sys.stderr)
-        return 2
-    found = list(violations(root))
-    for v in found:
-        print(v)
-    print(f"check_layering: {len(found)} violation(s)")
-    return 1 if found else 0
+    return house_check.expect_found(found, [f"src/{e}:" for e in expected])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(house_check.main("check_layering", violations, self_test, noun="violation"))

@@ -46,6 +46,17 @@ void expect_close(const at::Tensor& a, const at::Tensor& b, const std::string& w
   EXPECT_TRUE(torch::allclose(a, b, gpu ? 1e-5 : 1e-6, gpu ? 1e-6 : 1e-7)) << what << ": max abs diff " << diff;
 }
 
+// One step's backward on both sides: the reference on the whole global batch, this rank on its
+// slice of it, then DDP's finish (so this rank's gradients are the average over ranks).
+void backward_both(const TinyModel& ref, const TinyModel& mine, DistributedDataParallel& ddp, const Group& g,
+                   uint64_t seed, int step) {
+  auto batch = global_batch(seed, step, g.device);
+  ref.loss(batch[0], batch[1]).backward();
+  const int64_t per_rank = kGlobalBatch / g.world_size, lo = g.rank * per_rank;
+  mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
+  ddp.finish_gradient_synchronization();
+}
+
 void train_and_compare(const Group& g, DdpOptions opts, size_t expected_buckets) {
   const uint64_t seed = lmscale::distributed::testing::test_seed();
   const std::string label = ddp_strategy_name(opts.strategy) + " cap " + std::to_string(opts.bucket_mb) + " MB";
@@ -61,16 +72,10 @@ void train_and_compare(const Group& g, DdpOptions opts, size_t expected_buckets)
 
   auto adamw = torch::optim::AdamWOptions(1e-2).weight_decay(0.01);
   torch::optim::AdamW ref_opt(ref.trainable(), adamw), opt(mine.trainable(), adamw);
-  const int64_t per_rank = kGlobalBatch / g.world_size;
   for (int step = 0; step < 5; ++step) {
-    auto batch = global_batch(seed, step, g.device);
-    ref.loss(batch[0], batch[1]).backward();
+    backward_both(ref, mine, ddp, g, seed, step);
     ref_opt.step();
     ref_opt.zero_grad();
-
-    auto lo = g.rank * per_rank;
-    mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
-    ddp.finish_gradient_synchronization();
     opt.step();
     // Alternate the two ways of clearing gradients: in-place views and set-to-None.
     if (step % 2 == 0) ddp.zero_grad(); else opt.zero_grad();
@@ -96,13 +101,8 @@ void bf16_gradients_match(const Group& g) {
   opts.comm_dtype = CommDtype::Bf16;
   opts.bucket_mb = 300.0 / (1 << 20);
   DistributedDataParallel ddp(mine.params(), {mine.scale_buf}, g, opts);
-  const int64_t per_rank = kGlobalBatch / g.world_size;
   for (int step = 0; step < 3; ++step) {
-    auto batch = global_batch(seed, step, g.device);
-    ref.loss(batch[0], batch[1]).backward();
-    auto lo = g.rank * per_rank;
-    mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
-    ddp.finish_gradient_synchronization();
+    backward_both(ref, mine, ddp, g, seed, step);
     auto r = ref.trainable(), m = mine.trainable();
     for (size_t k = 0; k < r.size(); ++k) {
       const double scale = r[k].grad().abs().max().item<double>();
@@ -136,15 +136,10 @@ void ready_order_rebuild(const Group& g) {
   EXPECT_EQ(ddp.bucket_assignment(), (Buckets{{2}, {1}, {0}}));
   auto adamw = torch::optim::AdamWOptions(1e-2);
   torch::optim::AdamW ref_opt(ref.trainable(), adamw), opt(mine.trainable(), adamw);
-  const int64_t per_rank = kGlobalBatch / g.world_size;
   for (int step = 0; step < 3; ++step) {
-    auto batch = global_batch(seed, step, g.device);
-    ref.loss(batch[0], batch[1]).backward();
+    backward_both(ref, mine, ddp, g, seed, step);
     ref_opt.step();
     ref_opt.zero_grad();
-    auto lo = g.rank * per_rank;
-    mine.loss(batch[0].narrow(0, lo, per_rank), batch[1].narrow(0, lo, per_rank)).backward();
-    ddp.finish_gradient_synchronization();
     if (step == 0) {
       EXPECT_EQ(ddp.last_step().ready_order, (std::vector<size_t>{0, 1, 2}));
     }
@@ -159,8 +154,7 @@ void ready_order_rebuild(const Group& g) {
 }  // namespace
 
 TEST(DistDdpWorker, DISABLED_MatchesSingleProcess) {
-  LMSCALE_WORKER_ONLY();
-  Group g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   // Trainable tensors in backward order: gain (32 B), w1 (256 B), emb (416 B).
   train_and_compare(g, {DdpStrategy::Naive, 0}, 3);
   train_and_compare(g, {DdpStrategy::Flat, 0}, 1);
@@ -174,27 +168,22 @@ TEST(DistDdpWorker, DISABLED_MatchesSingleProcess) {
 }
 
 TEST(DistDdp, EveryPolicyMatchesSingleProcessTraining) {
-  auto r = lmscale::distributed::testing::run_worker("DistDdpWorker.DISABLED_MatchesSingleProcess", 2);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistDdpWorker.DISABLED_MatchesSingleProcess", 2);
 }
 
 // Past two ranks the ring all-reduce and the averaging divide by more than 2 (the GPU runs at 4 and 8
 // processes need machines not lent yet; this checks the arithmetic on Gloo meanwhile).
 TEST(DistDdp, EveryPolicyMatchesSingleProcessTrainingAtFourRanks) {
-  auto r = lmscale::distributed::testing::run_worker("DistDdpWorker.DISABLED_MatchesSingleProcess", 4, 180);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistDdpWorker.DISABLED_MatchesSingleProcess", 4, 180);
 }
 
 TEST(DistGpu, DdpOverNcclMatchesSingleProcessTraining) {
   LMSCALE_NEEDS_TWO_GPUS();
-  auto r = lmscale::distributed::testing::run_worker("DistDdpWorker.DISABLED_MatchesSingleProcess", 2, 120,
-                                              {{"LMSCALE_TEST_BACKEND", "nccl"}});
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass_on_nccl("DistDdpWorker.DISABLED_MatchesSingleProcess");
 }
 
 TEST(DistDdpWorker, DISABLED_MismatchedParamsFailClearly) {
-  LMSCALE_WORKER_ONLY();
-  Group g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   auto a = torch::zeros({4, 3}, torch::requires_grad());
   auto b = torch::zeros({g.rank == 1 ? 5 : 4}, torch::requires_grad());
   ASSERT_TRUE(g.device.is_cpu()) << "this worker runs on Gloo only";
@@ -217,6 +206,5 @@ TEST(DistDdpWorker, DISABLED_MismatchedParamsFailClearly) {
 }
 
 TEST(DistDdp, MismatchedParamsAcrossRanksRaiseInsteadOfHanging) {
-  auto r = lmscale::distributed::testing::run_worker("DistDdpWorker.DISABLED_MismatchedParamsFailClearly", 2, 60);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistDdpWorker.DISABLED_MismatchedParamsFailClearly", 2, 60);
 }

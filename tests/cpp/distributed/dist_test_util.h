@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
@@ -47,6 +48,21 @@ inline RankRun run_worker(const std::string& worker_filter, int nproc, double ti
   return r;
 }
 
+// A driver test's whole body: runs the worker as `nproc` ranks and expects every rank to pass,
+// printing what the ranks wrote otherwise. Returns the run for further checks.
+inline RankRun expect_workers_pass(const std::string& worker_filter, int nproc, double timeout_seconds = 120,
+                                   std::map<std::string, std::string> env = {}) {
+  RankRun r = run_worker(worker_filter, nproc, timeout_seconds, std::move(env));
+  EXPECT_EQ(r.rc, 0) << worker_filter << " on " << nproc << " ranks\n" << r.out << r.err;
+  return r;
+}
+
+// The GPU variant of a driver test: two ranks over NCCL, one GPU each (skip first with
+// LMSCALE_NEEDS_TWO_GPUS()).
+inline RankRun expect_workers_pass_on_nccl(const std::string& worker_filter) {
+  return expect_workers_pass(worker_filter, 2, 120, {{"LMSCALE_TEST_BACKEND", "nccl"}});
+}
+
 // True inside a rank started by run_worker; worker tests skip themselves otherwise.
 inline bool in_worker() { return std::getenv("LMSCALE_TEST_SEED") != nullptr && std::getenv("RANK") != nullptr; }
 
@@ -71,8 +87,14 @@ inline Group worker_group() {
 
 // Worker bodies return early (pass) outside a launched rank, e.g. when run by hand with
 // --gtest_also_run_disabled_tests.
-#define LMSCALE_WORKER_ONLY()                           \
-  do {                                                  \
+#define LMSCALE_WORKER_ONLY()                                        \
+  do {                                                               \
     if (!::lmscale::distributed::testing::in_worker()) GTEST_SKIP(); \
-    at::set_num_threads(1);                             \
+    at::set_num_threads(1);                                          \
   } while (0)
+
+// A worker body's first line: LMSCALE_WORKER_ONLY(), then `name`, this rank's group (Gloo, or NCCL
+// when the driver asked for it).
+#define LMSCALE_WORKER_GROUP(name) \
+  LMSCALE_WORKER_ONLY();           \
+  ::lmscale::distributed::Group name = ::lmscale::distributed::testing::worker_group()

@@ -56,15 +56,13 @@ TEST(DistFaultWorker, DISABLED_StuckRankIsNamed) {
 }
 
 TEST(DistFault, StuckRankTimesOutNamingRankCollectiveAndSetting) {
-  auto r = lmscale::distributed::testing::run_worker("DistFaultWorker.DISABLED_StuckRankIsNamed", 2, 60,
-                                                     {{"LMSCALE_DIST_TIMEOUT_S", "2"}});
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  auto r = lmscale::distributed::testing::expect_workers_pass("DistFaultWorker.DISABLED_StuckRankIsNamed", 2, 60,
+                                                              {{"LMSCALE_DIST_TIMEOUT_S", "2"}});
   EXPECT_TRUE(contains(r.out, "[rank 0] caught: ")) << r.out << r.err;
 }
 
 TEST(DistFaultWorker, DISABLED_PerturbedParameterIsNamed) {
-  LMSCALE_WORKER_ONLY();
-  Group g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   torch::manual_seed(1234);  // the same values on every rank
   std::vector<std::pair<std::string, at::Tensor>> named = {{"embedding.weight", torch::randn({5, 3})},
                                                            {"layers.0.attn.q.weight", torch::randn({3, 3})},
@@ -87,10 +85,8 @@ TEST(DistFaultWorker, DISABLED_PerturbedParameterIsNamed) {
 }
 
 TEST(DistFault, ConsistencyCheckNamesThePerturbedParameter) {
-  for (int n : {2, 3}) {
-    auto r = lmscale::distributed::testing::run_worker("DistFaultWorker.DISABLED_PerturbedParameterIsNamed", n, 60);
-    EXPECT_EQ(r.rc, 0) << n << " ranks\n" << r.out << r.err;
-  }
+  for (int n : {2, 3})
+    lmscale::distributed::testing::expect_workers_pass("DistFaultWorker.DISABLED_PerturbedParameterIsNamed", n, 60);
 }
 
 TEST(DistFault, BitChecksumSeesOneBit) {

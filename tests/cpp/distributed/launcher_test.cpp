@@ -16,8 +16,7 @@
 #include "distributed/dist_test_util.h"
 
 TEST(DistLaunchWorker, DISABLED_RankOneDies) {
-  LMSCALE_WORKER_ONLY();
-  auto g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   if (g.rank == 1) {
     std::cerr << "rank 1 exiting on purpose" << std::endl;
     std::_Exit(3);

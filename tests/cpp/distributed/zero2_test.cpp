@@ -88,26 +88,21 @@ void run(const Group& g, double bucket_mb, double first_bucket_mb) {
 }  // namespace
 
 TEST(DistZero2Worker, DISABLED_MatchesUnshardedAdamW) {
-  LMSCALE_WORKER_ONLY();
-  Group g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   run(g, 1.0, -1);                            // one bucket
   run(g, 60.0 / (1 << 20), 8.0 / (1 << 20));  // small buckets, a tiny first one: several reduce-scatters
   run(g, 0, -1);                              // one parameter per bucket
 }
 
 TEST(DistZero2, MatchesUnshardedAdamWBitForBitOn2Ranks) {
-  auto r = lmscale::distributed::testing::run_worker("DistZero2Worker.DISABLED_MatchesUnshardedAdamW", 2);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistZero2Worker.DISABLED_MatchesUnshardedAdamW", 2);
 }
 
 TEST(DistZero2, MatchesUnshardedAdamWBitForBitOn3Ranks) {
-  auto r = lmscale::distributed::testing::run_worker("DistZero2Worker.DISABLED_MatchesUnshardedAdamW", 3);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistZero2Worker.DISABLED_MatchesUnshardedAdamW", 3);
 }
 
 TEST(DistGpu, Zero2OverNcclMatchesUnshardedAdamW) {
   LMSCALE_NEEDS_TWO_GPUS();
-  auto r = lmscale::distributed::testing::run_worker("DistZero2Worker.DISABLED_MatchesUnshardedAdamW", 2, 120,
-                                                     {{"LMSCALE_TEST_BACKEND", "nccl"}});
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass_on_nccl("DistZero2Worker.DISABLED_MatchesUnshardedAdamW");
 }

@@ -89,27 +89,22 @@ void run(const Group& g, ZeroMode mode) {
 }  // namespace
 
 TEST(DistZeroWorker, DISABLED_MatchesUnshardedAdamW) {
-  LMSCALE_WORKER_ONLY();
-  Group g = lmscale::distributed::testing::worker_group();
+  LMSCALE_WORKER_GROUP(g);
   run(g, ZeroMode::BroadcastOwners);
   run(g, ZeroMode::ReduceScatter);
 }
 
 TEST(DistZero, BothModesMatchAdamWBitForBitOn2Ranks) {
-  auto r = lmscale::distributed::testing::run_worker("DistZeroWorker.DISABLED_MatchesUnshardedAdamW", 2);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistZeroWorker.DISABLED_MatchesUnshardedAdamW", 2);
 }
 
 TEST(DistZero, BothModesMatchAdamWBitForBitOn3Ranks) {
-  auto r = lmscale::distributed::testing::run_worker("DistZeroWorker.DISABLED_MatchesUnshardedAdamW", 3);
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass("DistZeroWorker.DISABLED_MatchesUnshardedAdamW", 3);
 }
 
 TEST(DistGpu, ZeroOverNcclMatchesAdamWBitForBit) {
   LMSCALE_NEEDS_TWO_GPUS();
-  auto r = lmscale::distributed::testing::run_worker("DistZeroWorker.DISABLED_MatchesUnshardedAdamW", 2, 120,
-                                              {{"LMSCALE_TEST_BACKEND", "nccl"}});
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  lmscale::distributed::testing::expect_workers_pass_on_nccl("DistZeroWorker.DISABLED_MatchesUnshardedAdamW");
 }
 
 TEST(DistZeroShard, OwnerBySizeBalancesBytes) {
