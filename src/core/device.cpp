@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 
 #ifdef LMSCALE_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -151,11 +152,23 @@ void check_kernels_run_on(const c10::Device& d) {
   TORCH_CHECK(it->second.empty(), it->second);
 }
 
+#ifdef LMSCALE_CUDA
+namespace {
+// The caching allocator exists only after the process's first CUDA use; its per-device calls fail
+// before that ("Invalid device argument ...: did you call init?", seen on an H100 when `lmscale
+// memory` read its baseline before building the model). Create it first, as torch.cuda does.
+c10::DeviceIndex allocator_device(const c10::Device& d) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  return d.index();
+}
+}  // namespace
+#endif
+
 MemoryStats memory_stats(const c10::Device& d) {
   MemoryStats m;
 #ifdef LMSCALE_CUDA
   if (d.is_cuda()) {
-    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(allocator_device(d));
     constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     m.allocated = s.allocated_bytes[kAll].current;
     m.peak_allocated = s.allocated_bytes[kAll].peak;
@@ -167,7 +180,7 @@ MemoryStats memory_stats(const c10::Device& d) {
 
 void reset_peak_memory(const c10::Device& d) {
 #ifdef LMSCALE_CUDA
-  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(allocator_device(d));
 #endif
 }
 

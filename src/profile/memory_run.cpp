@@ -168,10 +168,6 @@ void install_tracker_once() {
 class Recording {
  public:
   Recording(std::vector<AllocEvent>* events, const std::string& stacks) {
-    // The caching allocator is created on the first CUDA use; before it exists, recording the
-    // history does nothing and setting the labels fails ("Invalid device argument", seen on an H100
-    // when the recording opened before the model was built). Create it as torch.cuda does.
-    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     install_tracker_once();
     {
       std::lock_guard<std::mutex> lock(g_events_mutex);
