@@ -33,6 +33,6 @@ TEST(DistAccounting, FsdpDeviceCountIsTheSmallestThatFits) {
       return lmscale::distributed::account(in).fsdp_per_device;
     };
     EXPECT_LE(at(r.fsdp_devices_to_fit), in.device_memory * (1 + 1e-12));
-    if (r.fsdp_devices_to_fit > 1) EXPECT_GT(at(r.fsdp_devices_to_fit - 1), in.device_memory);
+    if (r.fsdp_devices_to_fit > 1) { EXPECT_GT(at(r.fsdp_devices_to_fit - 1), in.device_memory); }
   }
 }

@@ -60,7 +60,7 @@ TEST(Bucketing, RandomSizesRespectCapAndCoverEachIncludedTensorOnce) {
         EXPECT_EQ(t[i].dtype, t[b[0]].dtype) << "bucket mixes dtypes";
         bytes += t[i].numel * int64_t(c10::elementSize(t[i].dtype));
       }
-      if (b.size() > 1) EXPECT_LE(bytes, cap) << "multi-tensor bucket over the cap";
+      if (b.size() > 1) { EXPECT_LE(bytes, cap) << "multi-tensor bucket over the cap"; }
       // Reverse order: each bucket opens at a lower index than the previous one, and indices
       // inside a bucket decrease.
       EXPECT_LT(b[0], last_first);
