@@ -16,8 +16,10 @@ if [[ -f "$DEST/.complete" ]]; then exit 0; fi
 command -v apt-get >/dev/null || { echo "bundle_deps: apt-get not found; copy a .deps/ folder made on a Debian machine" >&2; exit 1; }
 mkdir -p "$DEST/debs"
 cd "$DEST/debs"
+echo "bundle_deps: downloading ${PACKAGES[*]} (header-only, under 1 MB) into $DEST; nothing is installed" >&2
 if ! apt-get download "${PACKAGES[@]}" 2>/dev/null; then
   # A fresh machine may have empty package lists; refreshing them needs root.
+  echo "bundle_deps: the package lists do not know them yet: running apt-get update first" >&2
   if [[ $(id -u) -eq 0 ]]; then apt-get update -qq; else sudo apt-get update -qq; fi
   apt-get download "${PACKAGES[@]}"
 fi

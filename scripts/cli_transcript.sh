@@ -13,12 +13,16 @@ trap 'rm -rf "$SCRATCH"' EXIT
 # The binary is shown as `lmscale` (what a user on PATH types); it runs from a scratch folder.
 lmscale() { (cd "$SCRATCH" && "$BIN" "$@"); }
 
+# No machine's folders in a committed transcript: the checkout reads <repo>, the scratch folder $TMP,
+# an interpreter's path <python3>.
+anonymise() { sed -e "s#$ROOT#<repo>#g" -e "s#$SCRATCH#\$TMP#g" -e 's#/[^ ]*/bin/python3[.0-9]*#<python3>#g'; }
+
 show() {
   echo '```console'
-  echo "\$ lmscale $*"
+  echo "\$ lmscale $*" | anonymise
   local out rc
   out=$(lmscale "$@" 2>&1); rc=$?
-  printf '%s\n' "$out"
+  printf '%s\n' "$out" | anonymise
   echo "[exit $rc]"
   echo '```'
   echo
@@ -40,6 +44,10 @@ echo "## launch: the program's arguments go after \`--\`; torchrun's spelling wo
 echo
 show launch -n 2 bench comm --backend gloo
 show launch --nproc-per-node 2 -- info
+echo "## A comparison between processes, started as one process"
+echo
+show bench ddp --size tiny
+show bench comm
 echo "## Old spellings (one release of grace)"
 echo
 show memory --device cpu --size tiny --contexts 8 16 --precisions fp32 --modes forward --no-snapshot --no-plot \

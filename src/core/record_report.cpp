@@ -14,16 +14,18 @@
 #include "core/python_module.h"
 #include "core/record.h"
 #include "core/record_table.h"
+#include "core/record_views.h"
 
 namespace lmscale {
 namespace fs = std::filesystem;
 namespace {
 
 // Files a run writes besides records that are worth keeping (traces, snapshots, timelines).
-// Tables (.md) and plots (.png) are not among them: they are rebuilt from the records.
+// Tables (.md) and plots (.png) are not among them: they are rebuilt from the records. Nor is
+// tables.json, which names tables and is merged, not copied.
 bool is_artifact(const fs::path& p) {
   const std::string ext = p.extension().string();
-  return ext == ".pickle" || ext == ".gz" || ext == ".json";
+  return (ext == ".pickle" || ext == ".gz" || ext == ".json") && p.filename() != "tables.json";
 }
 
 std::string read_file(const fs::path& p) {
@@ -56,26 +58,96 @@ std::vector<std::string> draw_plots(const fs::path& out, std::string* problem) {
   return plots;
 }
 
-std::string index_page(const ReportSummary& s, const std::map<std::string, Merged>& merged) {
+std::string run_count(const std::vector<Json>& records) {
+  std::set<std::string> runs;
+  for (const auto& r : records) runs.insert(r.value("date", "?") + r.value("command", "?"));
+  return std::to_string(runs.size()) + (runs.size() == 1 ? " run" : " runs");
+}
+
+std::string gpus_of(const std::vector<Json>& records) {
+  std::set<std::string> gpus;
+  for (const auto& r : records) gpus.insert(r.value("gpu", "?"));
+  std::string on;
+  for (const auto& g : gpus) on += (on.empty() ? "" : ", ") + g;
+  return on;
+}
+
+std::string link(const std::string& f) { return "[" + f + "](" + f + ")"; }
+
+// What a file report did not make is, going by its name (for the index).
+std::string kind_of_other(const std::string& name) {
+  if (name.back() == '/') return "a folder of its own (when it is an `--in` folder, its records are merged above)";
+  if (name.find("transcript") != std::string::npos) return "transcript, written by a script (no records behind it)";
+  const std::string ext = fs::path(name).extension().string();
+  if (ext == ".md") return "page written by hand or by a command, not from records (no records behind it)";
+  if (ext == ".log" || ext == ".txt") return "log of a run (no records behind it)";
+  return "not made by `lmscale report`";
+}
+
+std::string index_page(const fs::path& out, const ReportSummary& s, const std::map<std::string, Merged>& merged,
+                       const std::vector<TableView>& views) {
+  const std::string schema = fs::exists(out / "SCHEMA.md") ? "[SCHEMA.md](SCHEMA.md)" : "docs/results/SCHEMA.md";
   std::string md = "# Results index\n\nWritten by `lmscale report` (" + run_info().date +
-                   "): every table below is rebuilt from the records in the `.jsonl` files beside it; "
-                   "the fields are explained in [SCHEMA.md](SCHEMA.md).\n\n## Tables\n\n";
+                   "): every table below is rebuilt from the records in the `.jsonl` files beside it, never "
+                   "copied from a run; the fields are explained in " + schema + ".\n\n"
+                   "## Tables, one per records file\n\n";
   for (const auto& t : s.tables) {
     const std::string stem = fs::path(t).stem().string();
-    std::set<std::string> gpus;
-    for (const auto& r : merged.at(stem).records) gpus.insert(r.value("gpu", "?"));
-    std::string on;
-    for (const auto& g : gpus) on += (on.empty() ? "" : ", ") + g;
-    md += "- [" + t + "](" + t + ") — " + std::to_string(merged.at(stem).records.size()) + " records in [" + stem +
-          ".jsonl](" + stem + ".jsonl), " + on + "\n";
+    const auto& records = merged.at(stem).records;
+    md += "- " + link(t) + " — every record of " + link(stem + ".jsonl") + ": " + std::to_string(records.size()) +
+          " records, " + run_count(records) + ", " + gpus_of(records) + "\n";
+  }
+  if (!views.empty()) {
+    md += "\n## Named tables (a selection of one records file each, defined in [tables.json](tables.json))\n\n";
+    for (const auto& v : views) {
+      const bool written = std::count(s.named_tables.begin(), s.named_tables.end(), v.file) > 0;
+      md += "- " + (written ? link(v.file) : v.file) + " — " + v.title + ": " + v.records + ".jsonl where " +
+            describe_selection(v) + (written ? "" : " — **selects no record: not written**") + "\n";
+    }
   }
   if (!s.plots.empty() || !s.plot_problem.empty()) md += "\n## Plots\n\n";
-  for (const auto& p : s.plots) md += "- [" + p + "](" + p + ")\n";
+  for (const auto& p : s.plots) md += "- " + link(p) + "\n";
   if (!s.plot_problem.empty()) md += "- " + s.plot_problem + "\n";
   if (!s.files.empty()) {
-    md += "\n## Other files (traces, memory snapshots, timelines)\n\n";
-    for (const auto& f : s.files) md += "- [" + f + "](" + f + ")\n";
+    md += "\n## Traces, memory snapshots, timelines (copied from the runs)\n\n";
+    for (const auto& f : s.files) md += "- " + link(f) + "\n";
   }
+  if (!s.other.empty()) {
+    md += "\n## Not rebuilt from records\n\nPages, transcripts and logs written by hand or by scripts; "
+          "`lmscale report` leaves them as they are.\n\n";
+    for (const auto& f : s.other) md += "- " + link(f) + " — " + kind_of_other(f) + "\n";
+  }
+  return md;
+}
+
+// The named tables: those of the output folder, then each input's (an input's entry replaces one of
+// the same file name, so editing the tables.json of the folder being merged takes effect).
+std::vector<TableView> gather_views(const fs::path& out, const std::vector<std::string>& inputs) {
+  std::vector<TableView> views;
+  auto take = [&](const fs::path& p) {
+    if (!fs::is_regular_file(p)) return;
+    for (auto& v : read_table_views(p.string())) {
+      auto same = std::find_if(views.begin(), views.end(), [&](const TableView& w) { return w.file == v.file; });
+      if (same != views.end())
+        *same = std::move(v);
+      else
+        views.push_back(std::move(v));
+    }
+  };
+  take(out / "tables.json");
+  for (const auto& in : inputs) take(fs::path(in) / "tables.json");
+  return views;
+}
+
+std::string view_page(const TableView& v, const std::vector<Json>& selected) {
+  std::string md = "# " + v.title + "\n\n";
+  if (!v.note.empty()) md += v.note + "\n\n";
+  md += "Selected from [" + v.records + ".jsonl](" + v.records + ".jsonl) by [tables.json](tables.json): " +
+        describe_selection(v) + ".\n\n";
+  md += records_table("The selected records", selected);
+  md += "\n_Rebuilt by `lmscale report` from " + v.records +
+        ".jsonl; do not edit by hand. Fields not shown (the model's shape, baseline details, per-step times) are "
+        "in the records._\n";
   return md;
 }
 
@@ -125,11 +197,12 @@ ReportSummary write_report(const ReportOptions& o) {
   }
 
   for (auto& [stem, m] : merged) {
-    if (m.added) {  // rewritten whole (old records in today's names), atomically
-      std::string text;
-      for (const auto& r : m.records) text += r.dump() + "\n";
-      write_text((out / (stem + ".jsonl")).string(), text);
-    }
+    // Rewritten whole, atomically, when records were added or older records read in today's names
+    // (the plots read the files as they are, so the folder always holds today's schema).
+    std::string text;
+    for (const auto& r : m.records) text += r.dump() + "\n";
+    const fs::path jsonl = out / (stem + ".jsonl");
+    if (m.added || (!m.records.empty() && read_file(jsonl) != text)) write_text(jsonl.string(), text);
     if (m.records.empty()) continue;
     const std::string table = stem + ".md";
     write_text((out / table).string(),
@@ -138,15 +211,47 @@ ReportSummary write_report(const ReportOptions& o) {
                    "(the model's shape, baseline details, per-step times) are in the records._\n");
     s.tables.push_back(table);
   }
+  const std::vector<TableView> views = gather_views(out, o.inputs);
+  for (const auto& v : views) {
+    const std::string stem = fs::path(v.file).stem().string();
+    TORCH_CHECK(!merged.count(stem) || merged.at(stem).records.empty(), "tables.json: ", v.file,
+                " is the table of every record of ", stem, ".jsonl; give the selection another file name");
+    std::vector<Json> selected;
+    if (merged.count(v.records))
+      for (const auto& r : merged.at(v.records).records)
+        if (view_selects(v, r)) selected.push_back(r);
+    if (selected.empty()) {
+      std::cerr << "report: tables.json: " << v.file << " selects no record of " << v.records << ".jsonl (where "
+                << describe_selection(v) << "); not written\n";
+      s.empty_views.push_back(v.file);
+      continue;
+    }
+    write_text((out / v.file).string(), view_page(v, selected));
+    s.named_tables.push_back(v.file);
+  }
+  if (!views.empty()) write_text((out / "tables.json").string(), table_views_json(views));
+
   for (const auto& e : fs::directory_iterator(out))
-    if (e.is_regular_file() && is_artifact(e.path())) s.files.push_back(e.path().filename().string());
+    if (e.is_regular_file() && is_artifact(e.path()))
+      s.files.push_back(e.path().filename().string());
   std::sort(s.files.begin(), s.files.end());
   s.skipped_lines = stats.skipped;
   s.newer_records = stats.newer;
   if (o.plots) s.plots = draw_plots(out, &s.plot_problem);
   if (!s.plot_problem.empty()) std::cerr << "report: " << s.plot_problem << "\n";
-  write_text((out / "index.md").string(), index_page(s, merged));
-  std::cout << "report: " << s.new_records << " new records, " << s.tables.size() << " tables, " << s.plots.size()
+
+  // Everything else in the folder: pages, transcripts, logs, sub-folders (listed, never touched).
+  std::set<std::string> made{"index.md", "tables.json"};
+  for (const auto* list : {&s.tables, &s.named_tables, &s.plots, &s.files}) made.insert(list->begin(), list->end());
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (made.count(name) || e.path().extension() == ".jsonl" || name.rfind('.', 0) == 0) continue;
+    s.other.push_back(e.is_directory() ? name + "/" : name);
+  }
+  std::sort(s.other.begin(), s.other.end());
+  write_text((out / "index.md").string(), index_page(out, s, merged, views));
+  std::cout << "report: " << s.new_records << " new records, " << s.tables.size() << " tables, "
+            << s.named_tables.size() << " named tables, " << s.plots.size()
             << " plots, index " << (out / "index.md").string() << "\n";
   if (s.newer_records)
     std::cout << "report: " << s.newer_records

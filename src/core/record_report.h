@@ -1,6 +1,7 @@
 // `lmscale report`'s work: merge the records of result folders into one folder, rebuild every
-// table from the merged records (never copied from a run), draw the plots (`python -m
-// lmscale.plots report`) and write an index linking every table, plot and file.
+// table from the merged records (never copied from a run): one per .jsonl, plus the named tables of
+// tables.json (record_views.h); draw the plots (`python -m lmscale.plots report`) and write an index
+// linking every table, plot and file, with the pages no record stands behind marked as such.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct ReportSummary {
   size_t skipped_lines = 0;  // damaged lines skipped (each warned about with file:line)
   size_t newer_records = 0;  // records of a newer schema, passed through unchanged
   std::vector<std::string> tables, plots, files;  // what the folder holds, relative to it
+  std::vector<std::string> named_tables;           // rebuilt from the selections of tables.json
+  std::vector<std::string> empty_views;            // named tables that selected no record (not written)
+  std::vector<std::string> other;                  // files and folders report did not make (pages, logs)
   std::string plot_problem;  // why the plots were not drawn ("" when they were, or were not asked for)
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -57,6 +58,12 @@ std::string text(const Json& v) {
   return v.dump();
 }
 
+std::string significant(double d, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, d);
+  return buf;
+}
+
 std::string metric_text(const Json& r) {
   const Json& v = r.value(field::value, Json());
   if (v.is_null()) return r.value(field::status, "-");
@@ -64,9 +71,11 @@ std::string metric_text(const Json& r) {
   const std::string unit = r.value(field::unit, "");
   const double d = v.get<double>();
   if (unit == "bytes") return fmt_bytes(d);
-  std::string s = unit == "fraction" ? fmt(d, 3) : text(v);
-  if (r.contains(field::std_dev) && r[field::std_dev].is_number() && r.value(field::n, 0) > 1)
-    s += " ± " + text(r[field::std_dev]);
+  const bool timed = r.contains(field::std_dev) && r[field::std_dev].is_number() && r.value(field::n, 0) > 1;
+  // A timed mean carries its spread, so three decimals say all it can; a single value (a loss, a sum)
+  // keeps six significant digits, so two curves that differ by 1e-5 do not print alike.
+  std::string s = unit == "fraction" ? fmt(d, 3) : timed || !v.is_number_float() ? text(v) : significant(d, 6);
+  if (timed) s += " ± " + text(r[field::std_dev]);
   return s;
 }
 

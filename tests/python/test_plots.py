@@ -48,8 +48,8 @@ def test_cpu_run_of_one_mode_draws_one_panel(tmp_path, figures):
     write(tmp_path, "e2e", [
         {"impl": "lmscale", "size": "tiny", "precision": "fp32", "mode": "train-step", "attention": "naive",
          "context": c, "batch": 2, "metric": "step_ms", "value": 1.0 + c / 100, "unit": "ms"} for c in (16, 32)])
-    assert e2e.plot_step_times(tmp_path) == tmp_path / "e2e.png"
-    assert e2e.plot_compare(tmp_path) is None  # one implementation: nothing to compare
+    assert e2e.plot_step_times(tmp_path) == [tmp_path / "e2e.png"]
+    assert e2e.plot_compare(tmp_path) == []  # one implementation: nothing to compare
     assert len(figures) == 1 and len(figures[0][0].axes) == 1
     check(figures[0])
 
@@ -70,12 +70,65 @@ def test_comm_ddp_zero_attention(tmp_path, figures):
         for m, v in (("param_bytes", 2**30), ("grad_bytes", 2**30), ("optimizer_state_bytes", 2**31),
                      ("step_ms", 5.0))])
     write(tmp_path, "attention", [
-        {"impl": impl, "mode": "sweep", "precision": "bf16", "head_dim": 64, "context": c, "causal": True,
+        {"impl": impl, "mode": mode, "precision": "bf16", "head_dim": d, "context": c, "causal": True,
          "batch": 1, "heads": 1, "metric": m, "value": c / 1000, "unit": "ms"}
-        for impl in ("flash", "torch-naive") for c in (128, 256) for m in ("fwdbwd_ms", "fwdbwd_tflops")])
+        for mode, impls in (("flash", ("lmscale-flash", "sdpa-flash")), ("sweep", ("torch-naive",)))
+        for impl in impls for d in (32, 64) for c in (128, 256) for m in ("fwdbwd_ms", "fwdbwd_tflops")])
     assert cli.main(["report", str(tmp_path)]) == 0
     names = sorted(entry[1].name for entry in figures)
-    assert names == ["attention.png", "comm.png", "ddp.png", "zero.png"]
+    assert names == ["attention_bf16.png", "attention_sweep.png", "comm.png", "ddp.png", "zero.png"]
+    for entry in figures:
+        check(entry)
+    grid = next(fig for fig, path, _ in figures if path.name == "attention_bf16.png")
+    assert len(grid.axes) == 4  # a row per head dimension: time and TFLOP/s
+    assert {line.get_label() for line in grid.axes[0].lines} == {"lmscale-flash", "sdpa-flash"}
+
+
+def test_attention_shapes_are_never_one_line(tmp_path, figures):
+    """Two shapes at one length (the grid and a 16-head leaderboard run): the single-length shape is
+    not drawn, and its point never joins the grid's lines."""
+    write(tmp_path, "attention", [
+        {"impl": "lmscale-flash", "mode": "flash", "precision": "bf16", "head_dim": 64, "context": c, "causal": True,
+         "batch": 1, "heads": heads, "metric": "fwdbwd_ms", "value": value, "unit": "ms"}
+        for heads, c, value in ((1, 1024, 1.0), (1, 4096, 2.0), (16, 4096, 99.0))])
+    assert [p.name for p in attention.plot(tmp_path)] == ["attention_bf16.png"]
+    assert list(figures[0][0].axes[0].lines[0].get_ydata()) == [1.0, 2.0]
+
+
+def test_two_gpus_and_two_world_sizes_are_never_one_figure(tmp_path, figures):
+    """Records of two GPUs (or of two world sizes on one) draw one figure each, named after them."""
+    rows = []
+    for gpu, world in (("TestGPU 80GB", 2), ("cpu", 4), ("cpu", 8)):
+        for m, v in (("step_ms", 10.0 * world), ("fwd_bwd_ms", 6.0), ("exposed_comm_ms", 3.0), ("optimizer_ms", 1.0)):
+            rows.append({"impl": "lmscale-naive", "size": "tiny", "precision": "fp32", "world": world,
+                         "backend": "gloo", "metric": m, "value": v, "unit": "ms", "gpu": gpu})
+    write(tmp_path, "ddp", rows)
+    write(tmp_path, "comm", [
+        {"impl": "lmscale-c10d-gloo", "backend": "gloo", "op": "all_reduce", "world": 2, "size_bytes": s,
+         "metric": "busbw", "value": 1.0, "unit": "GB/s", "gpu": gpu} for s in (1 << 20, 1 << 24)
+        for gpu in ("TestGPU 80GB", "cpu")])
+    assert cli.main(["report", str(tmp_path)]) == 0
+    names = sorted(entry[1].name for entry in figures)
+    assert names == ["comm_cpu.png", "comm_testgpu-80gb.png", "ddp_cpu_tiny_4_gloo.png", "ddp_cpu_tiny_8_gloo.png",
+                     "ddp_testgpu-80gb_tiny_2_gloo.png"]
+    for fig, path, title in figures:
+        shown, other = ("cpu", "TestGPU") if "_cpu" in path.name else ("TestGPU 80GB", "cpu")
+        assert shown in title and other not in title, title
+        for ax in fig.axes:
+            assert ax.lines or ax.patches, f"empty panel in {path.name}"
+    world8 = next(fig for fig, path, _ in figures if path.name == "ddp_cpu_tiny_8_gloo.png")
+    assert [line.get_ydata()[0] for line in world8.axes[0].lines if line.get_label() == "step"] == [80.0]
+
+
+def test_report_redraws_every_memory_timeline(tmp_path, figures):
+    for mode in ("forward", "train-step"):
+        (tmp_path / f"memory_tiny_ctx16_fp32_{mode}_timeline.json").write_text(json.dumps({
+            "event_index": [0, 1], "active_bytes": [0, 2**20], "peak": {"event": 1, "bytes": 2**20}, "phases": [],
+            "config": {"size": "tiny", "context": 16, "batch": 1, "precision": "fp32", "mode": mode,
+                       "gpu": "TestGPU 80GB", "commit": "abc1234", "date": "2026-11-23T10:00:00Z"}}))
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert sorted(path.name for _, path, _ in figures) == ["memory_tiny_ctx16_fp32_forward_timeline.png",
+                                                           "memory_tiny_ctx16_fp32_train-step_timeline.png"]
     for entry in figures:
         check(entry)
 

@@ -10,6 +10,7 @@ saved with its title inside the picture.
 """
 import json
 import pathlib
+import re
 import textwrap
 
 import matplotlib
@@ -17,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: GPU machines have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["load", "newest", "provenance", "save", "plt"]
+__all__ = ["load", "newest", "groups", "figure_path", "provenance", "save", "plt"]
 
 
 def load(folder, bench):
@@ -50,6 +51,23 @@ def newest(records, config):
     for r in sorted((r for r in records if r.get("gpu") == gpu), key=lambda r: r.get("date", "")):
         latest[tuple(r.get(k) for k in config)] = r
     return list(latest.values())
+
+
+def groups(records, keys):
+    """The records split by their values of `keys` (one figure each: two GPUs, two world sizes or two
+    model sizes are never drawn as if they were one run), in the order first seen."""
+    split = {}
+    for r in records:
+        split.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    return split
+
+
+def figure_path(folder, name, key, several):
+    """<folder>/<name>.png for the only group, <name>_<key values>.png when there are several."""
+    if not several:
+        return pathlib.Path(folder) / f"{name}.png"
+    parts = [re.sub(r"[^a-z0-9.]+", "-", str(k).lower()).strip("-") for k in key if k is not None]
+    return pathlib.Path(folder) / f"{'_'.join([name] + [p for p in parts if p])}.png"
 
 
 def provenance(records):

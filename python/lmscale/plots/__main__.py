@@ -6,8 +6,9 @@ import sys
 
 from . import attention, comm, distributed, e2e, memory
 
+# Each draws every figure its records allow and returns the paths written (an empty list: none).
 DRAWERS = [e2e.plot_step_times, e2e.plot_compare, comm.plot, distributed.plot_ddp, distributed.plot_zero,
-           attention.plot]
+           attention.plot, memory.plot_folder]
 
 
 def main(argv=None):
@@ -24,7 +25,7 @@ def main(argv=None):
         return 0
     if not args.folder.is_dir():
         parser.error(f"{args.folder} is not a folder: pass the --out folder of `lmscale report`")
-    drawn = [p for draw in DRAWERS if (p := draw(args.folder))]
+    drawn = [path for draw in DRAWERS for path in draw(args.folder)]
     print(f"{len(drawn)} plots from the records in {args.folder}")
     return 0
 

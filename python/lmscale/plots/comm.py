@@ -1,10 +1,17 @@
 """`lmscale bench comm`: algorithm and bus bandwidth against payload size, one line per
-(backend, collective, world size), log-log; the newest measurement of each point wins."""
-from . import load, newest, plt, save
+(backend, collective, world size), log-log; the newest measurement of each point wins. One figure
+per GPU (comm.png, or comm_<gpu>.png when the records come from several)."""
+from . import figure_path, groups, load, newest, plt, save
 
 
 def plot(folder):
     records = [r for r in load(folder, "comm") if r.get("status", "ok") == "ok" and r.get("value") is not None]
+    by_gpu = groups(records, ("gpu",))
+    return [path for key, rs in by_gpu.items()
+            if (path := _figure(rs, figure_path(folder, "comm", key, len(by_gpu) > 1)))]
+
+
+def _figure(records, path):
     records = newest(records, ("backend", "op", "world", "size_bytes", "metric"))
     panels = [m for m in ("algbw", "busbw") if any(r.get("metric") == m for r in records)]
     if not panels:
@@ -26,4 +33,4 @@ def plot(folder):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     drawn = [r for r in records if r.get("metric") in panels]
-    return save(fig, "Collective bandwidth against payload size (lmscale bench comm)", drawn, folder / "comm.png")
+    return save(fig, "Collective bandwidth against payload size (lmscale bench comm)", drawn, path)

@@ -1,7 +1,11 @@
 """`lmscale bench ddp` and `bench zero`: for each design, the step time split into compute
 (forward + backward), exposed communication and the optimizer (ddp), or the step time and the memory
-each rank holds (zero); one panel per precision, newest run of each design."""
-from . import load, newest, plt, save
+each rank holds (zero); one panel per precision, newest run of each design. One figure per GPU, model
+size, world size and backend (ddp.png, or ddp_<gpu>_<size>_<world>_<backend>.png when there are
+several): bars of two world sizes side by side would read as one comparison."""
+from . import figure_path, groups, load, newest, plt, save
+
+SETUP = ("gpu", "size", "world", "backend")
 
 
 def _designs(records):
@@ -10,9 +14,22 @@ def _designs(records):
     return label, list(dict.fromkeys(label(r) for r in records))
 
 
+def _each_setup(folder, bench, draw):
+    records = [r for r in load(folder, bench) if r.get("value") is not None and r.get("impl") != "overhead-model"]
+    split = groups(records, SETUP)
+    return [path for key, rs in split.items() if (path := draw(rs, figure_path(folder, bench, key, len(split) > 1)))]
+
+
 def plot_ddp(folder):
-    records = [r for r in load(folder, "ddp") if r.get("value") is not None and r.get("impl") != "overhead-model"]
-    records = newest(records, ("impl", "bucket_mb", "precision", "size", "world", "backend", "metric"))
+    return _each_setup(folder, "ddp", _ddp_figure)
+
+
+def plot_zero(folder):
+    return _each_setup(folder, "zero", _zero_figure)
+
+
+def _ddp_figure(records, path):
+    records = newest(records, ("impl", "bucket_mb", "precision", "metric"))
     parts = [("fwd_bwd_ms", "forward + backward", "tab:blue"), ("exposed_comm_ms", "exposed communication",
                                                                      "tab:red"), ("optimizer_ms", "optimizer", "tab:green")]
     records = [r for r in records if r.get("metric") in {p[0] for p in parts} | {"step_ms"}]
@@ -38,12 +55,11 @@ def plot_ddp(folder):
     sample = records[0]
     what = (f"DDP designs: step time and the communication it exposes ({sample.get('size', '?')}, "
             f"{sample.get('world', '?')} ranks, {sample.get('backend', '?')})")
-    return save(fig, what, records, folder / "ddp.png")
+    return save(fig, what, records, path)
 
 
-def plot_zero(folder):
-    records = [r for r in load(folder, "zero") if r.get("value") is not None]
-    records = newest(records, ("impl", "precision", "size", "world", "backend", "metric"))
+def _zero_figure(records, path):
+    records = newest(records, ("impl", "precision", "metric"))
     memory = [("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optimizer_state_bytes", "optimizer state")]
     label, designs = _designs(records)
     if not designs:
@@ -67,4 +83,4 @@ def plot_zero(folder):
         ax.set_title(panel)
     sample = records[0]
     what = f"ZeRO: memory per rank and step time ({sample.get('size', '?')}, {sample.get('world', '?')} ranks)"
-    return save(fig, what, records, folder / "zero.png")
+    return save(fig, what, records, path)

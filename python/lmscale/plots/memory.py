@@ -1,6 +1,10 @@
 """The active-memory timeline `lmscale memory` writes (memory_*_timeline.json): x is the allocator's
 events in order (allocations and frees), y the bytes held by live tensors; shaded spans mark the
-phases (init, forward, backward, optimizer) and a dot marks the peak."""
+phases (init, forward, backward, optimizer) and a dot marks the peak. `lmscale report` redraws every
+timeline of a folder (plot_folder): the picture beside each timeline is always its own."""
+import json
+import pathlib
+
 from . import plt, save
 
 PHASE_COLORS = {"init": "#dddddd", "forward": "#cfe3ff", "backward": "#ffd9cc", "optimizer": "#d6f5d6"}
@@ -27,3 +31,16 @@ def plot(timeline, png_path):
     what = (f"Active memory: {cfg.get('size', '?')}, context {cfg.get('context', '?')}, batch {cfg.get('batch', '?')}, "
             f"{precision}, {cfg.get('mode', '?')}")
     return save(fig, what, [cfg], png_path)
+
+
+def plot_folder(folder):
+    """Draws memory_*_timeline.png beside every memory_*_timeline.json of the folder."""
+    paths = []
+    for timeline in sorted(pathlib.Path(folder).glob("memory_*_timeline.json")):
+        try:
+            data = json.loads(timeline.read_text())
+        except ValueError:
+            print(f"warning: {timeline}: not valid JSON; its timeline is not drawn")
+            continue
+        paths.append(plot(data, timeline.with_suffix(".png")))
+    return paths

@@ -30,7 +30,7 @@ TEST(BenchCli, TinyCpuRunWritesRecordsAndTable) {
     EXPECT_EQ(j["bench"], "e2e");
     EXPECT_EQ(j["status"], "ok");
     metrics.insert(j["mode"].get<std::string>() + "/" + j["metric"].get<std::string>());
-    if (j["unit"] == "ms" && j["value"].is_number()) EXPECT_GT(j["value"].get<double>(), 0.0);
+    if (j["unit"] == "ms" && j["value"].is_number()) { EXPECT_GT(j["value"].get<double>(), 0.0); }
   }
   for (const char* m : {"forward/forward_ms", "forward/step_ms", "train-step/forward_ms", "train-step/backward_ms",
                         "train-step/optimizer_ms", "train-step/step_ms", "train-step/tokens_per_s"})

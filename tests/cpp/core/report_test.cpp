@@ -59,7 +59,11 @@ TEST(RecordsTable, OneRowPerCellConstantsOnceFailuresWithReasons) {
   Record b("attention", "flash");
   b.update(Json{{"context", 256}, {"precision", "bf16"}}).set_status(Status::oom, "out of memory");
   records.push_back(b.metric("fwd_ms", nullptr, "ms"));
+  Record loss("ddp", "lmscale-bucketed");
+  loss.update(Json{{"context", 512}, {"precision", "bf16"}});
+  records.push_back(loss.metric("loss", 3.818424, "nats"));  // one value, no spread: six significant digits
   const std::string md = records_table("attention", records);
+  EXPECT_NE(md.find("| 3.81842 "), std::string::npos) << md;
   EXPECT_NE(md.find("Every row:"), std::string::npos) << md;
   EXPECT_NE(md.find("precision bf16"), std::string::npos) << md;
   EXPECT_NE(md.find("| 128 "), std::string::npos) << md;
@@ -108,6 +112,90 @@ TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("report: 0 new records"), std::string::npos) << r.output;
   EXPECT_EQ(read_jsonl(out + "/ddp.jsonl").size(), 3u);
+}
+
+// tables.json names tables that select records (one GPU, one run); report rebuilds them, says which
+// selected nothing, and the index marks every page it did not make as not rebuilt from records.
+TEST(Report, NamedTablesAreSelectionsAndTheIndexMarksPagesWithoutRecords) {
+  const std::string root = temp_dir("report-views");
+  write_file(root + "/run1/ddp.jsonl", ddp_line("GPU-A", "lmscale-naive", 10) + ddp_line("GPU-A", "lmscale-bucketed", 7));
+  write_file(root + "/run2/ddp.jsonl", ddp_line("GPU-B", "lmscale-naive", 11));
+  write_file(root + "/run2/tables.json", R"({"tables": [
+      {"file": "ddp_gpu_b.md", "title": "GPU B alone", "records": "ddp", "where": {"gpu": "GPU-B"}, "note": "One run."},
+      {"file": "ddp_two.md", "title": "Either GPU, naive", "records": "ddp",
+       "where": {"gpu": ["GPU-A", "GPU-B"], "impl": "lmscale-naive"}},
+      {"file": "nothing.md", "title": "No such GPU", "records": "ddp", "where": {"gpu": "GPU-C"}}]})");
+  const std::string out = root + "/out";
+  write_file(out + "/README.md", "# hand-written\n");
+  write_file(out + "/cli_transcript.md", "# transcript\n");
+  write_file(out + "/check.log", "log\n");
+  write_file(out + "/sub/x.md", "x\n");
+  const auto r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/run2", "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string b = read_text(out + "/ddp_gpu_b.md");
+  EXPECT_NE(b.find("# GPU B alone"), std::string::npos) << b;
+  EXPECT_NE(b.find("One run."), std::string::npos) << b;
+  EXPECT_NE(b.find("GPU-B"), std::string::npos) << b;
+  EXPECT_EQ(b.find("GPU-A"), std::string::npos) << "a record another GPU measured was selected:\n" << b;
+  EXPECT_NE(b.find("1 records"), std::string::npos) << b;
+  const std::string two = read_text(out + "/ddp_two.md");
+  EXPECT_NE(two.find("2 records"), std::string::npos) << two;
+  EXPECT_EQ(two.find("lmscale-bucketed"), std::string::npos) << two;
+  EXPECT_FALSE(exists(out + "/nothing.md"));
+  EXPECT_NE(r.output.find("nothing.md selects no record of ddp.jsonl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 named tables"), std::string::npos) << r.output;
+  // The definitions travel with the tables, so the output folder rebuilds them alone.
+  EXPECT_NE(read_text(out + "/tables.json").find("ddp_gpu_b.md"), std::string::npos);
+
+  const std::string index = read_text(out + "/index.md");
+  for (const char* want : {"(ddp.md)", "(ddp_gpu_b.md)", "(ddp_two.md)", "nothing.md", "selects no record",
+                           "[README.md](README.md) — page written by hand", "[cli_transcript.md](cli_transcript.md) — transcript",
+                           "[check.log](check.log) — log", "[sub/](sub/) — a folder"})
+    EXPECT_NE(index.find(want), std::string::npos) << want << " missing from:\n" << index;
+  EXPECT_EQ(index.find("(tables.json) —"), std::string::npos) << index;
+  EXPECT_EQ(read_text(out + "/README.md"), "# hand-written\n");  // listed, never touched
+
+  // Run again from the output folder alone: the same tables.
+  const auto again = run_cli_argv({"report", "--in", out, "--out", out, "--no-plots"});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("0 new records"), std::string::npos) << again.output;
+  EXPECT_EQ(read_text(out + "/ddp_gpu_b.md"), b);
+}
+
+// Plots read the files as they are: report leaves the folder's records in today's names even when it
+// adds none (a folder of version-1 records, reported in place).
+TEST(Report, RecordsOfTheOutputFolderAreRewrittenInTodaysNames) {
+  const std::string out = temp_dir("report-in-place") + "/results";
+  write_file(out + "/attention.jsonl",
+             R"({"bench":"attention","impl":"torch-naive","seq":64,"dtype":"fp32","metric":"fwd_ms","value":0.5,"unit":"ms","gpu":"cpu","commit":"abc","date":"2026-11-01T00:00:00Z","command":"lmscale bench attention"})"
+             "\n");
+  const auto r = run_cli_argv({"report", "--in", out, "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 new records"), std::string::npos) << r.output;
+  const auto records = read_jsonl(out + "/attention.jsonl");
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["context"], 64);
+  EXPECT_EQ(records[0]["precision"], "fp32");
+  EXPECT_FALSE(records[0].contains("seq")) << records[0].dump();
+}
+
+TEST(Report, ABadTablesJsonIsNamedWithItsFix) {
+  const std::string root = temp_dir("report-bad-views");
+  write_file(root + "/run/ddp.jsonl", ddp_line("GPU-A", "lmscale-naive", 10));
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"{\"tables\": [", "is not valid JSON"},
+      {R"({"tables": [{"file": "x.md", "title": "t", "records": "ddp"}]})", "\"where\" must be an object"},
+      {R"({"tables": [{"file": "../x.md", "title": "t", "records": "ddp", "where": {"gpu": "A"}}]})", "must be a file name"},
+      {R"({"tables": [{"file": "ddp.md", "title": "t", "records": "ddp", "where": {"gpu": "A"}}]})",
+       "give the selection another file name"}};
+  for (const auto& [json, message] : cases) {
+    write_file(root + "/run/tables.json", json);
+    const auto r = run_cli_argv({"report", "--in", root + "/run", "--out", root + "/out", "--no-plots"});
+    EXPECT_NE(r.exit_code, 0) << json;
+    EXPECT_NE(r.output.find("tables.json"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << message << " not in:\n" << r.output;
+  }
 }
 
 TEST(Report, PathsAreNeverReadByAShell) {
