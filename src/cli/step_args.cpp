@@ -49,20 +49,32 @@ std::vector<std::string> known_sizes() {
   return s;
 }
 
+template <typename V>
+V unique_in_order(const V& values) {
+  V out;
+  for (const auto& x : values)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  return out;
+}
+
 // Lists take "a,b,c"; single values reject a comma with a hint rather than "not a size".
+// CLI11 collects every occurrence of a repeated list flag (`--mode a --mode a,b`); a value named
+// twice is still one configuration, measured once.
 template <typename T>
 CLI::Option* add_value(CLI::App& app, const std::string& name, T& target, const std::string& help, bool list) {
-  CLI::Option* o = app.add_option(name, target, help + (list ? " (comma list)" : ""));
   if (list) {
+    CLI::Option* o = app.add_option_function<T>(
+        name, [&target](const T& values) { target = unique_in_order(values); }, help + " (comma list)");
     o->delimiter(',');
-  } else {
-    o->expected(1);
-    o->check(CLI::Validator(
-        [](const std::string& v) -> std::string {
-          return v.find(',') == std::string::npos ? "" : "takes one value here, not a list ('" + v + "')";
-        },
-        "", "single"));
+    return o;
   }
+  CLI::Option* o = app.add_option(name, target, help);
+  o->expected(1);
+  o->check(CLI::Validator(
+      [](const std::string& v) -> std::string {
+        return v.find(',') == std::string::npos ? "" : "takes one value here, not a list ('" + v + "')";
+      },
+      "", "single"));
   return o;
 }
 

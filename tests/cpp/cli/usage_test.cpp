@@ -58,6 +58,15 @@ TEST(CliUsage, OldSpellingsStillWorkWithOneNoteEach) {
   EXPECT_NE(r.output.find("[2/2] tiny context 16 fp32 forward"), std::string::npos) << r.output;
 }
 
+// CLI11 collects every occurrence of a list flag; a value named twice is measured once.
+TEST(CliUsage, RepeatedListValuesAreMeasuredOnce) {
+  const std::string dir = testing::temp_dir("repeated-list");
+  const auto r = run_cli("bench --device cpu --size tiny --context 8 --mode forward --mode forward,forward-backward "
+                         "--warmup 0 --steps 1 --out " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("sweep: 2 cells"), std::string::npos) << r.output;  // not 3: forward once
+}
+
 TEST(CliUsage, HelpShowsTheProgramNameIntegersAndAnExample) {
   const auto account = run_cli("account --help");
   EXPECT_EQ(account.exit_code, 0);
