@@ -37,6 +37,7 @@ struct RecoverableGraph : at::cuda::CUDAGraph {
     } catch (const std::exception&) {
       // The capture was invalidated (or had already ended): undo what capture_begin set up.
       // Each undo may find its step already done by capture_end's partial run, hence one try each.
+      // capture_end() normally ended the CUDA capture already; this end matters only if it threw first.
       cudaGraph_t partial = nullptr;
       if (cudaStreamEndCapture(capture_stream_.stream(), &partial) == cudaSuccess && partial)
         cudaGraphDestroy(partial);
