@@ -26,11 +26,10 @@ void launch_flash_bwd_tiles(const FlashParams& p, cudaStream_t stream) {
   static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
   const int batch_heads = p.batch * p.heads;
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  constexpr int kPreThreads = 128;
-  const int pre_blocks = (p.seqlen_q + kPreThreads - 1) / kPreThreads;
+  const int pre_blocks = flash_bwd_preprocess_blocks(p);
   check_grid_y(n_blocks > pre_blocks ? n_blocks : pre_blocks, "flash_bwd");
 
-  flash_bwd_preprocess_kernel<T, D><<<dim3(batch_heads, pre_blocks), kPreThreads, 0, stream>>>(p);
+  launch_flash_bwd_preprocess<T, D>(p, stream);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
 
   auto kernel = flash_bwd_kernel<T, D, kBlockM, kKT, kWarps, IsCausal>;

@@ -68,20 +68,17 @@ torch::Tensor rows_alias(const torch::Tensor& a) {
 }
 
 // The fused projection weight as an autograd node over the three parameters: forward returns the
-// alias spanning the row blocks that start at `source` (a itself, or the first of the bf16 copies);
-// backward splits the gradient into the three blocks, in the parameters' dtype (fp32), as
-// autocast's cast would. (`source` is always a defined tensor: custom Functions reject undefined inputs.)
+// alias spanning their row blocks; backward splits the gradient into the three blocks. (With bf16
+// copies, forward goes through linear_on_bf16_copy instead.)
 struct StackedRows : torch::autograd::Function<StackedRows> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                               const torch::Tensor& c, const torch::Tensor& source) {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& c) {
     (void)b, (void)c;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(a.scalar_type());
-    return rows_alias(source);
+    return rows_alias(a);
   }
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
-    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
-    auto parts = g[0].to(dtype).chunk(3, 0);
-    return {parts[0], parts[1], parts[2], torch::Tensor()};
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
+    auto parts = g[0].chunk(3, 0);
+    return {parts[0], parts[1], parts[2]};
   }
 };
 
@@ -127,13 +124,15 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     // One (B, T, 3C) GEMM; q, k, v are column blocks of its output (views, no copy).
     const bool copies = q_proj->bf16_copy_current() && k_proj->bf16_copy_current() && v_proj->bf16_copy_current() &&
                         adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16);
-    torch::Tensor w;
-    if (torch::GradMode::is_enabled() && q_proj->weight.requires_grad())
-      w = StackedRows::apply(q_proj->weight, k_proj->weight, v_proj->weight,
-                             copies ? q_proj->weight_bf16 : q_proj->weight);
+    const bool grad = torch::GradMode::is_enabled() && q_proj->weight.requires_grad();
+    torch::Tensor qkv;
+    if (copies && grad)
+      qkv = linear_on_bf16_copy(xc, rows_alias(q_proj->weight_bf16),
+                                {q_proj->weight, k_proj->weight, v_proj->weight});
+    else if (grad)
+      qkv = torch::linear(xc, StackedRows::apply(q_proj->weight, k_proj->weight, v_proj->weight));
     else
-      w = rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight);
-    auto qkv = torch::linear(xc, w);
+      qkv = torch::linear(xc, rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight));
     if (fused_rope) {
       TORCH_CHECK(T <= rope->rotation.size(0), "sequence length ", T, " exceeds the model's context length ",
                   rope->rotation.size(0), ": raise the context length of the model (--model-context)");

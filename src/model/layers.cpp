@@ -56,19 +56,54 @@ void LinearImpl::reset_parameters() {
 }
 
 namespace {
-// The autocast cast of an fp32 weight, with the bf16 copy supplied instead of computed: forward
-// returns the copy; backward hands the bf16 gradient back as fp32, as autocast's cast would.
-struct ReadBf16Copy : torch::autograd::Function<ReadBf16Copy> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& weight,
-                               const torch::Tensor& copy) {
-    (void)weight;
-    return copy.view_as(copy);
-  }
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
-    return {g[0].to(torch::kFloat), torch::Tensor()};
-  }
+// The weight gradient dy2ᵀ · x2 of bf16 operands, accumulated and returned in fp32. On CUDA the GEMM
+// writes fp32 itself (aten::mm.dtype); the CPU has no such kernel, so the operands are upcast first,
+// which gives the same exact products with fp32 sums.
+torch::Tensor weight_gradient_fp32(const torch::Tensor& dy2, const torch::Tensor& x2) {
+  if (dy2.is_cuda()) return at::mm(dy2.t(), x2, torch::kFloat);
+  return at::mm(dy2.t().to(torch::kFloat), x2.to(torch::kFloat));
+}
+
+// See linear_on_bf16_copy (layers.h).
+struct LinearOnBf16Copy : torch::autograd::Function<LinearOnBf16Copy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& copy, at::TensorList weights);
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g);
 };
+
+torch::Tensor LinearOnBf16Copy::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                        const torch::Tensor& copy, at::TensorList weights) {
+  auto xb = x.to(torch::kBFloat16);
+  ctx->save_for_backward({xb, copy});
+  ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+  ctx->saved_data["blocks"] = static_cast<int64_t>(weights.size());
+  return at::linear(xb, copy);
+}
+
+torch::autograd::tensor_list LinearOnBf16Copy::backward(torch::autograd::AutogradContext* ctx,
+                                                        torch::autograd::tensor_list g) {
+  const auto saved = ctx->get_saved_variables();
+  const auto& xb = saved[0];
+  const auto& copy = saved[1];
+  const auto blocks = ctx->saved_data["blocks"].toInt();
+  auto dy2 = g[0].to(torch::kBFloat16).reshape({-1, copy.size(0)});
+  torch::autograd::tensor_list grads;
+  if (ctx->needs_input_grad(0)) {
+    const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    grads.push_back(at::mm(dy2, copy).view(xb.sizes()).to(x_dtype));
+  } else {
+    grads.emplace_back();
+  }
+  grads.emplace_back();  // the copy: a buffer, written by the optimizer, never trained
+  auto dw = weight_gradient_fp32(dy2, xb.reshape({-1, copy.size(1)}));
+  for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
+  return grads;
+}
 }  // namespace
+
+torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights) {
+  return LinearOnBf16Copy::apply(x, copy, weights);
+}
 
 bool LinearImpl::bf16_copy_current() const {
   const auto dev = weight.device().type();
@@ -76,11 +111,7 @@ bool LinearImpl::bf16_copy_current() const {
          at::autocast::get_autocast_dtype(dev) == torch::kBFloat16;
 }
 
-torch::Tensor LinearImpl::autocast_weight() {
-  if (!bf16_copy_current()) return weight;
-  if (!torch::GradMode::is_enabled() || !weight.requires_grad()) return weight_bf16;
-  return ReadBf16Copy::apply(weight, weight_bf16);
-}
+torch::Tensor LinearImpl::autocast_weight() { return bf16_copy_current() ? weight_bf16 : weight; }
 
 torch::Tensor LinearImpl::attach_bf16_copy() {
   torch::NoGradGuard no_grad;
@@ -89,7 +120,11 @@ torch::Tensor LinearImpl::attach_bf16_copy() {
   return weight_bf16;
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, autocast_weight()); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
+    return linear_on_bf16_copy(x, weight_bf16, {weight});
+  return torch::linear(x, autocast_weight());
+}
 
 EmbeddingImpl::EmbeddingImpl(int64_t n, int64_t dim) {
   weight = register_parameter("weight", torch::empty({n, dim}));

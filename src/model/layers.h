@@ -38,8 +38,9 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
   void reset_parameters();                        // trunc normal, std √(2/(in+out))
-  // The weight as the matmul reads it under autocast: the bf16 copy when it is current (see
-  // attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).
+  // The weight as a matmul without gradient reads it under autocast: the bf16 copy when it is
+  // current (see attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).
+  // With gradients, forward goes through linear_on_bf16_copy instead.
   torch::Tensor autocast_weight();
   // True under bf16 autocast on the weight's device while the bf16 copy matches the weight.
   bool bf16_copy_current() const;
@@ -54,6 +55,14 @@ class LinearImpl : public torch::nn::Module {
   int64_t weight_bf16_version = -1;
 };
 TORCH_MODULE(Linear);
+
+// x · copyᵀ under bf16 autocast, where `copy` is the bf16 copy of the row-stacked fp32 `weights`
+// (one Linear's weight, or q/k/v packed into one GEMM). The values are those of autocast's cast
+// path; the difference is in backward: the weight gradient leaves the GEMM in fp32 (bf16 operands,
+// fp32 sums, fp32 output) and is split into the row blocks of `weights`, instead of being rounded
+// to bf16 and cast back up to fp32 by one more kernel per weight (xl: 241 copies, ~6 ms a step).
+// The input gradient is x's dtype, the copy gets none.
+torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights);
 
 class EmbeddingImpl : public torch::nn::Module {
  public:

@@ -16,11 +16,9 @@ namespace lmscale::kernels::hopper {
 // `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant).
 template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
-  constexpr int kPreThreads = 128;
   const int batch_heads = p.batch * p.heads;
-  const int pre_blocks = (p.seqlen_q + kPreThreads - 1) / kPreThreads;
-  check_grid_y(pre_blocks, "flash_bwd_preprocess_kernel");
-  flash::flash_bwd_preprocess_kernel<T, D><<<dim3(batch_heads, pre_blocks), kPreThreads, 0, stream>>>(p);
+  check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
+  flash::launch_flash_bwd_preprocess<T, D>(p, stream);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
   main_kernel(p, stream);
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
