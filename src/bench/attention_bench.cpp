@@ -19,6 +19,8 @@
 #include "core/record.h"
 #include "core/results.h"
 #include "core/stats.h"
+#include "core/status.h"
+#include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "model/attention.h"
 #include "ops/flash_attention.h"
@@ -205,12 +207,12 @@ std::vector<Json> cell_records(const std::string& mode, const Config& cfg, const
 
 std::string cell_text(const Cell& c, double v, int decimals = 3) { return c.status == "ok" ? fmt(v, decimals) : c.status; }
 
-void progress(size_t i, size_t n, const Config& cfg, const std::string& impl, const Cell& c) {
-  std::cerr << "[attention " << i << "/" << n << "] " << cfg.label() << " " << impl << ": ";
-  if (c.status == "ok")
-    std::cerr << "fwd " << fmt(c.fwd, 3) << " ms, bwd " << fmt(c.bwd, 3) << " ms, fwd+bwd " << fmt(c.fwdbwd, 3) << " ms\n";
-  else
-    std::cerr << c.status << (c.error.empty() ? "" : " (" + c.error + ")") << "\n";
+// The cell's progress line (core/sweep_progress.h: count, elapsed time, ETA), its outcome the times.
+void progress(SweepProgress& bar, const Config& cfg, const std::string& impl, const Cell& c) {
+  const std::string outcome = c.status == "ok" ? "fwd " + fmt(c.fwd, 3) + " ms, bwd " + fmt(c.bwd, 3) +
+                                                     " ms, fwd+bwd " + fmt(c.fwdbwd, 3) + " ms"
+                                               : c.status + (c.error.empty() ? "" : " (" + c.error + ")");
+  bar.report("attention " + cfg.label() + " " + impl, status_from_string(c.status), outcome);
 }
 
 template <typename T>
@@ -257,10 +259,10 @@ void run_sweep(const AttentionBenchOptions& opts, const c10::Device& device) {
                    "memory before backward"});
   std::vector<Json> records;
   std::optional<Config> smallest_oom;
-  for (size_t i = 0; i < grid.size(); ++i) {
-    const auto& cfg = grid[i];
+  SweepProgress bar(grid.size());
+  for (const auto& cfg : grid) {
     auto c = time_cell(cfg, "torch-naive", device, opts.warmup, iters, false);
-    progress(i + 1, grid.size(), cfg, "torch-naive", c);
+    progress(bar, cfg, "torch-naive", c);
     for (auto& r : cell_records("sweep", cfg, "torch-naive", c)) records.push_back(r);
     t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), cell_text(c, c.fwd),
                cell_text(c, c.bwd), c.status == "ok" ? fmt_bytes(c.mem_before_bwd) : c.status});
@@ -300,12 +302,12 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
   MarkdownTable t({"dtype", "d", "seq", "impl", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s",
                    "fwd+bwd vs lmscale-flash"});
   std::vector<Json> records;
-  size_t n = grid.size() * impls.size(), i = 0;
+  SweepProgress bar(grid.size() * impls.size());
   for (const auto& cfg : grid) {
     std::map<std::string, Cell> cells;
     for (const auto& impl : impls) {
       cells[impl] = time_cell(cfg, impl, device, opts.warmup, iters, /*fwdbwd_with_sum=*/leaderboard);
-      progress(++i, n, cfg, impl, cells[impl]);
+      progress(bar, cfg, impl, cells[impl]);
       for (auto& r : cell_records(leaderboard ? "leaderboard" : "flash", cfg, impl, cells[impl])) records.push_back(r);
     }
     const double flops = attention_fwd_flops(cfg.batch, cfg.heads, cfg.seq, cfg.head_dim, cfg.causal);

@@ -7,7 +7,7 @@
 #include "bench/e2e_resume.h"
 #include "bench/e2e_tables.h"
 #include "bench/e2e_torch_baseline.h"
-#include "bench/sweep_progress.h"
+#include "core/sweep_progress.h"
 
 namespace lmscale {
 namespace {

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "bench/sweep_progress.h"
+#include "core/sweep_progress.h"
 #include "core/device.h"
 
 namespace lmscale {

@@ -8,6 +8,8 @@
 #include "core/python_module.h"
 #include "core/record.h"
 #include "core/results.h"
+#include "core/status.h"
+#include "core/sweep_progress.h"
 #include "profile/memory_run.h"
 
 namespace lmscale {
@@ -34,19 +36,16 @@ Record config_record(const MemoryReportOptions& a, int64_t context, const std::s
 std::string peak_table(const MemoryReportOptions& a, c10::Device dev, std::vector<Json>* records) {
   MarkdownTable t({"size", "context", "precision", "mode", "after init", "peak allocated", "fp32 residual (B·T·d·4)"});
   const int64_t d = a.base.model.d_model;
-  const size_t total = a.contexts.size() * a.precisions.size() * a.modes.size();
-  size_t n = 0;
+  SweepProgress bar(a.contexts.size() * a.precisions.size() * a.modes.size());
   std::string notes;
   for (const auto& mode : a.modes) {
     for (const auto& prec : a.precisions) {
       for (int64_t ctx : a.contexts) {
-        ++n;
-        std::cout << "[" << n << "/" << total << "] " << a.size << " context " << ctx << " " << prec << " " << mode
-                  << " ... " << std::flush;
+        bar.begin(a.size + " context " + std::to_string(ctx) + " " + prec + " " + mode);
         const PeakCell c = measure_peak(make_setup(a, ctx, prec, dev), parse_mode(mode));
         const int64_t resid = residual_activation_bytes(a.batch, ctx, d);
         const bool ok = c.status == "ok";
-        std::cout << (ok ? fmt_bytes(c.peak) : c.status) << "\n";
+        bar.end(status_from_string(c.status), ok ? fmt_bytes(c.peak) : c.status);
         t.add_row({a.size, std::to_string(ctx), prec, mode, ok ? fmt_bytes(c.after_init) : c.status,
                    ok ? fmt_bytes(c.peak) : c.status, fmt_bytes(resid)});
         if (!c.note.empty() && notes.find(c.note) == std::string::npos) notes += "- " + c.status + ": " + c.note + "\n";

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/sweep_progress.h"
+#include "core/sweep_progress.h"
 
 namespace lmscale {
 

@@ -1,5 +1,5 @@
 // Progress lines of a sweep; see sweep_progress.h.
-#include "bench/sweep_progress.h"
+#include "core/sweep_progress.h"
 
 #include <unistd.h>
 
