@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/record.h"
 #include "core/results.h"
+#include "core/sweep_progress.h"
 #include "distributed/fault.h"
 #include "distributed/process_group.h"
 
@@ -99,8 +100,8 @@ std::string run_comm_bench(const CommBenchOptions& o) {
           out = at::empty({chunk * g.world_size}, opts);
         }
         const int64_t payload = (op == "all_reduce" ? numel : chunk * g.world_size) * 4;
-        if (lead) std::cerr << "[comm] " << backend << " " << op << " " << fmt_bytes(payload) << " x" << g.world_size
-                            << " ..." << std::flush;
+        OpenLine line(std::cerr, lead,
+                      "[comm] " + backend + " " + op + " " + fmt_bytes(payload) + " x" + std::to_string(g.world_size));
         distributed::run_explained(g, "bench comm", op + " (warm-up)", -1, [&] {
           for (int i = 0; i < o.warmup; ++i) distributed::wait(launch(g, op, in, out));
         });
@@ -110,7 +111,7 @@ std::string run_comm_bench(const CommBenchOptions& o) {
         int n = std::max(3, std::min(o.iters, static_cast<int>(o.seconds_per_cell / std::max(probe, 1e-6))));
         double t = max_over_ranks(g, time_ops(g, op, in, out, n));
         double algbw = payload / t / 1e9, busbw = algbw * bus_bandwidth_factor(op, g.world_size);
-        if (lead) std::cerr << " " << fmt(t * 1e3, 3) << " ms, busbw " << fmt(busbw) << " GB/s (" << n << " iters)\n";
+        line.close(fmt(t * 1e3, 3) + " ms, busbw " + fmt(busbw) + " GB/s (" + std::to_string(n) + " iters)");
         table.add_row({backend, op, std::to_string(g.world_size), fmt_bytes(payload), fmt(t * 1e3, 3), fmt(algbw),
                        fmt(busbw)});
         const Json config{{field::backend, backend}, {field::op, op},           {field::world, g.world_size},

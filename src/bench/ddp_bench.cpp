@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/record.h"
 #include "core/results.h"
+#include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
@@ -255,7 +256,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
         buffers = ts_owner->model()->buffers();
       }
       TrainingStep& ts = *ts_owner;
-      if (lead) std::cerr << "[ddp] " << o.size << " " << prec << " " << c.label() << " ..." << std::flush;
+      OpenLine line(std::cerr, lead, "[ddp] " + o.size + " " + prec + " " + c.label());
       std::unique_ptr<DistributedDataParallel> ddp;
       std::unique_ptr<distributed::Zero2> zero2;
       int64_t n_b = -1;
@@ -301,7 +302,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
       zero2.reset();
       if (oom) {
         release_cached_memory(g.device);
-        if (lead) std::cerr << " OOM\n";
+        line.close("OOM");
         table.add_row({prec, c.label(), "-", "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
         continue;
       }
@@ -318,7 +319,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
         best_ms = t.step_ms;
         best_mb = c.bucket_mb;
       }
-      if (lead) std::cerr << " " << fmt(t.step_ms) << " ms/step, exposed comm " << fmt(t.exposed_ms) << " ms\n";
+      line.close(fmt(t.step_ms) + " ms/step, exposed comm " + fmt(t.exposed_ms) + " ms");
       table.add_row({prec, c.label(), n_b < 0 ? "-" : std::to_string(n_b), fmt(t.step_ms), fmt(t.fwd_bwd_ms),
                      fmt(t.exposed_ms), fmt(100 * t.exposed_ms / t.step_ms, 1) + "%",
                      percent(vs_single), c.impl == "single" ? "-" : percent(bwd_slowdown),

@@ -49,11 +49,9 @@ void measure(const E2EConfig& c, E2EResult& r) {
   StepClock clock(dev);
   std::vector<double> fwd, bwd, opt, total;
   std::unique_ptr<GraphedStep> graph;
-  if (c.cuda_graph && dev.is_cuda()) {
-    graph = try_capture(step, c.mode, r.cuda_graph_note);
-    if (!graph) std::cerr << "note: " << c.setup.model.name << " context " << c.setup.context << ": "
-                          << r.cuda_graph_note << "\n";
-  }
+  // A failed capture leaves its one-line note in r.cuda_graph_note: the caller prints it after the
+  // cell's progress line has ended (printed here, it would land in the middle of that line).
+  if (c.cuda_graph && dev.is_cuda()) graph = try_capture(step, c.mode, r.cuda_graph_note);
   r.cuda_graph = graph != nullptr;
   synchronize(dev);
   reset_peak_memory(dev);

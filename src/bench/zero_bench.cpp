@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/record.h"
 #include "core/results.h"
+#include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/zero.h"
@@ -158,7 +159,7 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   std::vector<Json> records;
   double base_ms = NAN;
   for (const auto& impl : o.impls) {
-    if (lead) std::cerr << "[zero] " << o.size << " " << o.precision << " " << impl << " ..." << std::flush;
+    OpenLine line(std::cerr, lead, "[zero] " + o.size + " " + o.precision + " " + impl);
     Record cell("zero", "lmscale-" + impl);
     cell.update(Json{{field::size, o.size},       {field::precision, o.precision}, {field::batch, o.batch},
                      {field::context, o.context}, {field::world, g.world_size},    {field::backend, backend},
@@ -170,13 +171,13 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
       if (!is_out_of_memory(e)) throw;
       records.push_back(cell.set_status(Status::oom, error_message(e).substr(0, error_message(e).find('\n'))).failure());
       release_cached_memory(g.device);
-      if (lead) std::cerr << " OOM\n";
+      line.close("OOM");
       table.add_row({impl, "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
       continue;
     }
     if (impl == "unsharded") base_ms = m.step_ms;
     const double ratio = m.step_ms / base_ms;
-    if (lead) std::cerr << " " << fmt(m.step_ms) << " ms, state " << fmt_bytes(m.state) << "\n";
+    line.close(fmt(m.step_ms) + " ms, state " + fmt_bytes(m.state));
     table.add_row({impl, fmt_bytes(m.init), fmt_bytes(m.before_step), fmt_bytes(m.after_step), fmt_bytes(m.peak),
                    fmt_bytes(m.params), fmt_bytes(m.grads), fmt_bytes(m.state), fmt(m.step_ms),
                    std::isnan(ratio) ? "-" : fmt(ratio, 3) + "x"});

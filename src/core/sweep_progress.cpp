@@ -77,4 +77,17 @@ void SweepProgress::report(const std::string& label, Status status, const std::s
   end(status, outcome);
 }
 
+OpenLine::OpenLine(std::ostream& out, bool active, const std::string& label) : out_(out), open_(active) {
+  if (open_) out_ << label << " ..." << std::flush;
+}
+
+OpenLine::~OpenLine() {
+  if (open_) out_ << std::endl;
+}
+
+void OpenLine::close(const std::string& outcome) {
+  if (open_) out_ << " " << outcome << "\n";
+  open_ = false;
+}
+
 }  // namespace lmscale

@@ -52,4 +52,20 @@ class SweepProgress {
   Clock::time_point start_, cell_start_;
 };
 
+// A cell's line for benchmarks that print "label ..." before a cell and its result after it, on one
+// line (bench ddp, zero, comm, where only rank 0 prints: `active`). When the cell throws instead, the
+// destructor ends the line, so the error printed by whoever catches it starts on a line of its own.
+class OpenLine {
+ public:
+  OpenLine(std::ostream& out, bool active, const std::string& label);
+  ~OpenLine();
+  OpenLine(const OpenLine&) = delete;
+  OpenLine& operator=(const OpenLine&) = delete;
+  void close(const std::string& outcome);  // " outcome" and the newline
+
+ private:
+  std::ostream& out_;
+  bool open_;
+};
+
 }  // namespace lmscale

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "core/sweep_progress.h"
@@ -56,6 +57,25 @@ TEST(SweepProgress, ColoursTheOutcomeByStatus) {
   EXPECT_NE(text.find("\033[32m1.00 ms\033[0m"), std::string::npos) << text;
   EXPECT_NE(text.find("\033[33moom\033[0m"), std::string::npos) << text;
   EXPECT_NE(text.find("\033[31merror\033[0m"), std::string::npos) << text;
+}
+
+TEST(OpenLine, EndsItsLineWithTheOutcomeOrWhenTheCellThrows) {
+  std::ostringstream out;
+  {
+    OpenLine line(out, /*active=*/true, "[zero] tiny fp32 zero2");
+    line.close("1.50 ms");
+  }
+  try {
+    OpenLine line(out, true, "[ddp] tiny fp32 bucketed");
+    throw std::runtime_error("rank 1 failed");
+  } catch (const std::runtime_error& e) {
+    out << "error: " << e.what() << "\n";  // as the CLI prints it
+  }
+  { OpenLine silent(out, /*active=*/false, "[comm] not rank 0"); }
+  EXPECT_EQ(out.str(),
+            "[zero] tiny fp32 zero2 ... 1.50 ms\n"
+            "[ddp] tiny fp32 bucketed ...\n"
+            "error: rank 1 failed\n");
 }
 
 }  // namespace lmscale
