@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/device.h"
+#include "core/sweep_progress.h"
 
 namespace lmscale {
 
@@ -46,9 +47,11 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
     double previous = 0;
     for (const auto& row : ablation_rows(base)) {
       const auto& s = row.config.setup;
-      std::cerr << s.model.name << " context " << s.context << ": " << row.change << " ..." << std::flush;
+      OpenLine line(std::cerr, /*active=*/true,
+                    s.model.name + " context " + std::to_string(s.context) + ": " + row.change);
       E2EResult r = run_e2e(row.config);
-      std::cerr << " " << (r.status == Status::ok ? fmt(r.total.mean, 2) + " ms" : to_string(r.status)) << "\n";
+      line.close(r.status == Status::ok ? fmt(r.total.mean, 2) + " ms" : to_string(r.status));
+      print_capture_note(r);
       for (auto& j : e2e_records(row.config, r, "lmscale")) {
         j["bench"] = "e2e_ablate";
         j["change"] = row.change;

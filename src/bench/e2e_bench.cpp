@@ -89,6 +89,10 @@ void measure(const E2EConfig& c, E2EResult& r) {
 
 }  // namespace
 
+void print_capture_note(const E2EResult& r) {
+  if (!r.cuda_graph_note.empty()) std::cerr << "    note: " << r.cuda_graph_note << "\n";
+}
+
 E2EResult run_e2e(const E2EConfig& c) {
   TORCH_CHECK(c.warmup >= 0, "--warmup must be >= 0, got ", c.warmup);
   TORCH_CHECK(c.steps >= 1, "--steps must be >= 1, got ", c.steps);

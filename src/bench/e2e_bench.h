@@ -49,6 +49,10 @@ struct E2EResult {
 //                                            capture-sync (a real capture failure: train/cuda_graph_step.h)
 E2EResult run_e2e(const E2EConfig& config);
 
+// A cell's CUDA-graph capture note (E2EResult::cuda_graph_note), if any, on a line of its own to
+// stderr: call it once the cell's progress line has ended.
+void print_capture_note(const E2EResult& result);
+
 // One record per metric (forward_ms, backward_ms, optimizer_ms, step_ms, tokens_per_s, mfu,
 // peak_memory_bytes, compile_s when result.extra has it) with the config fields and result.extra;
 // a failed config yields one record with metric "status" and the reason.

@@ -38,7 +38,7 @@ SweepOutcome run_e2e_sweep(const E2ESweep& s) {
   // limit, crash) keeps what it measured; a failed cell says why on its own line.
   auto keep = [&](size_t k, size_t i, const E2EResult& r) {
     if (r.status != Status::ok && !r.reason.empty()) std::cerr << "    " << r.reason << "\n";
-    if (!r.cuda_graph_note.empty()) std::cerr << "    note: " << r.cuda_graph_note << "\n";
+    print_capture_note(r);
     append_jsonl(jsonl, e2e_records(st.configs[i], r, st.impls[k]));
     st.results[k][i] = r;
     st.run_of[k][i] = run_info().date;

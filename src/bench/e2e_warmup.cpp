@@ -4,8 +4,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/sweep_progress.h"
 #include "core/device.h"
+#include "core/sweep_progress.h"
 
 namespace lmscale {
 
@@ -20,7 +20,7 @@ std::string run_warmup_study(const E2EConfig& c0, const std::string& out_dir) {
     progress.begin("warm-up " + std::to_string(w));
     E2EResult r = run_e2e(c);
     progress.end(r.status, r.status == Status::ok ? fmt(r.total.mean, 2) + " ms" : to_string(r.status));
-    if (!r.cuda_graph_note.empty()) std::cerr << "    note: " << r.cuda_graph_note << "\n";
+    print_capture_note(r);
     for (auto& j : e2e_records(c, r, "lmscale")) {
       j["bench"] = "e2e_warmup";
       records.push_back(j);
