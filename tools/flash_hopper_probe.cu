@@ -34,6 +34,9 @@
 #include "kernels/flash_fwd_launch.cuh"
 #include "kernels/hopper/flash_bwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_bwd_hopper_steps.cuh"
+#ifdef LMSCALE_PROBE_V4
+#include "flash_bwd_hopper_v4.cuh"
+#endif
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
 #include "probe_timing.h"
@@ -398,26 +401,41 @@ BwdRef reference_bwd_head(const std::vector<double>& q, const std::vector<double
   return r;
 }
 
-// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: pipelined or one
-// tile at a time (Note [bwd pipeline]), 64- or 128-query tiles (Note [dQ split]).
+// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: 64- or 128-query
+// tiles (Note [dQ split]).
 struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kPipelined, int kBlockM>
+template <int D, int kBlockM>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kPipelined, kBlockM>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM>>(pp, st);
             });
           }};
 }
+#ifdef LMSCALE_PROBE_V4
+template <int D, int kPipelined, int kBlockM>
+BwdVariant bwd_variant_v4(const char* name) {
+  return {name, [](const lk::FlashParams& p) {
+            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
+              lk::hopper_v4::launch_bwd<lk::hopper_v4::BwdConfig<__nv_bfloat16, D, kPipelined, kBlockM>>(pp, st);
+            });
+          }};
+}
+#endif
 std::vector<BwdVariant> bwd_variants(int d) {
-  if (d == 64)
-    return {bwd_variant<64, 1, 64>("m64-pipelined"), bwd_variant<64, 0, 64>("m64-one-tile"),
-            bwd_variant<64, 0, 128>("m128")};
-  if (d == 80) return {bwd_variant<80, 1, 64>("m64-pipelined"), bwd_variant<80, 0, 64>("m64-one-tile")};
-  return {};
+  // The shipped tile (BwdShipped) is the probe's main row, run through the library: instantiating the same
+  // kernel here too would register it from two fat binaries.
+  std::vector<BwdVariant> v;
+  if (d == 64) v = {bwd_variant<64, 64>("m64")};
+#ifdef LMSCALE_PROBE_V4
+  if (d == 64) v.push_back(bwd_variant_v4<64, -1, 64>("v4"));
+  if (d == 80) v.push_back(bwd_variant_v4<80, -1, 64>("v4"));
+  if (d == 128) v.push_back(bwd_variant_v4<128, -1, 64>("v4"));
+#endif
+  return v;
 }
 
 // Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one
@@ -525,7 +543,7 @@ int check_bwd(bool small, int only_d) {
 int check_bwd_variants() {
   int failures = 0;
   std::mt19937 rng(77);
-  for (int d : {64, 80})
+  for (int d : {64, 80, 128})
     for (const BwdVariant& var : bwd_variants(d))
       for (bool causal : {false, true}) {
         for (int s : {1, 77, 130, 1000}) failures += check_bwd_case({1, 2, s, d, causal, true, false, d}, rng, &var);

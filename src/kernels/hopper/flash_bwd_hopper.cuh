@@ -1,19 +1,19 @@
-// FlashAttention backward for Hopper (sm_90a), docs/spec.md §3.2: the main kernel only (dK, dV in the
+// FlashAttention backward for Hopper (sm_90a), docs/spec.md §3.5: the main kernel only (dK, dV in the
 // input dtype, dQ added in fp32 into p.dq_accum). The preprocess (D = rowsum(dO ∘ O), dq_accum zeroed) and
-// the dq_accum -> dq conversion are the mma.sync backward's kernels (flash_bwd_kernel.cuh), launched
-// around this one by run_flash_bwd (flash_api.cu).
+// the dq_accum -> dq conversion run around it (flash_bwd_hopper_steps.cuh).
 //
 //   * one block per 128 keys: warpgroup 0 is the producer, warpgroups 1 and 2 are consumers owning 64
 //     keys each, with dK and dV of their keys in registers for the whole block;
-//   * producer: one thread loads K and V once, then Q and dO of every 64-query tile by TMA into a ring of
-//     kStages slots; a second warp writes L (in the exp2 domain) and D of the same rows into the slot;
+//   * producer: one thread loads K and V once, then Q and dO of every query tile by TMA into a ring of
+//     kStages slots; a second warp writes L (in the exp2 domain) and D of the same rows into the slot; a
+//     third warp adds each consumer's dQ tile into dq_accum with one TMA reduce-add per 32 columns
+//     (Note [dQ by TMA reduce]), so no consumer waits on global memory;
 //   * consumers, per query tile, in transposed form (keys on the wgmma M side, Note [bwd in transposed
 //     form] in flash_bwd_kernel.cuh): S^T = K Q^T and dP^T = V dO^T (both operands in shared memory),
 //     P^T = exp2(S^T scale - L), dS^T = P^T ∘ (dP^T - D) in registers; dV += P^T dO and dK += dS^T Q
-//     with P^T / dS^T straight from registers; dS goes to shared memory once (transposed on the store)
-//     for dQ = dS K over all 128 keys of the block (each group computes half of it, Note [dQ split]), whose fp32
-//     result is added to dq_accum with 16-byte red.global.add (no second pass over K and V:
-//     docs/flash_notes.md, Hopper backward).
+//     with P^T / dS^T straight from registers; dS goes to shared memory once (stmatrix, transposed on the
+//     store) for dQ = dS K over all 128 keys of the block (Note [dQ split]). Note [bwd issue order] says
+//     which GEMM runs under which elementwise step.
 //
 // Layouts and descriptors are the forward's (Note [descriptors] in flash_fwd_hopper.cuh): tiles exactly as
 // TMA writes them with the 128- or 64-byte swizzle; d = 80 is padded to 96 by TMA's zero fill.
@@ -31,10 +31,10 @@
 
 namespace lmscale::kernels::hopper {
 
-// kPipelined_: Note [bwd pipeline]; -1 picks it per head dim and causality (the shipped choice). kBlockM_: queries per
-// tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not columns, split between the
-// groups: Note [dQ split]).
-template <typename T_, int D_, int kPipelined_ = -1, int kBlockM_ = 64>
+// kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
+// columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
+// BwdShipped below.
+template <typename T_, int D_, int kBlockM_>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -43,7 +43,7 @@ struct BwdConfig {
   static constexpr int kBlockN = kKeysPerGroup * kConsumers;
   static constexpr int kBlockM = kBlockM_;  // queries per tile: the N of S^T and dP^T
   // d = 128 uses the 128-byte swizzle; 64 and 80 the 64-byte one (32-column chunks), so dQ's columns
-  // split between the two groups at a chunk boundary (kDqSplit).
+  // can split between the two groups at a chunk boundary (kDqSplit).
   static constexpr int kSwizzleBytes = D == 128 ? 128 : 64;
   static constexpr int kSwizzleElems = kSwizzleBytes / 2;
   static constexpr int kDPad = (D + kSwizzleElems - 1) / kSwizzleElems * kSwizzleElems;
@@ -52,47 +52,62 @@ struct BwdConfig {
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
   static constexpr int kRowBytes = kBlockM * 4;                 // L or D of one slot
-  static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes;
-  static constexpr int kStageBytes = 2 * kQBytes + 2 * kRowBytes;
-  static constexpr int kStagesFit = (227 * 1024 - 2048 - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   // Note [dQ split]. dQ = dS K over all 128 keys of the block, split between the two groups. 64-query
-  // tiles split its columns: group 0 adds [0, kDqSplit), group 1 [kDqSplit, D) (64 | 64, 32 | 32, 32 | 48),
+  // tiles split its columns: group 0 adds [0, kDqSplit), group 1 [kDqSplit, D) (32 | 32, 32 | 48, 64 | 64),
   // each start on a swizzle chunk; both compute kDqN columns (group 0's last 16 at d = 80 are discarded),
   // so both run the same wgmma (ptxas serialises wgmmas on paths it cannot prove uniform). 128-query tiles
   // split its rows: group g computes rows [64 g, 64 g + 64) of the tile, all D columns.
   static constexpr bool kDqRowSplit = kBlockM == 128;
   static constexpr int kDqSplit = kDqRowSplit ? D : D / 2 / kSwizzleElems * kSwizzleElems;
   static constexpr int kDqN = kDqRowSplit ? D : D - kDqSplit;
-  // Note [bwd pipeline]: tile j's S^T / dP^T are issued together with tile j-1's dV / dK / dQ, so they run
-  // while the group adds tile j-1's dQ. Both tiles' accumulators are then live (about 64 + D + kDqN / 2 +
-  // 96 registers): never at d = 128. Shipped only where it measured faster (H100, docs/flash_notes.md,
-  // backward v3/v4): d = 64 causal (5.17 vs 5.44 ms at 16k); the non-causal kernels spill (72 B at d = 64,
-  // 232 B at d = 80) and lose (10.76 vs 10.34 ms; 3.23 vs 2.20 ms), d = 80 causal ties.
-  template <bool Causal>
-  static constexpr bool kPipelinedFor = kPipelined_ < 0 ? D == 64 && Causal : kPipelined_ != 0;
-  static_assert(kBlockM == 64 || (kBlockM == 128 && kPipelined_ == 0), "128-query tiles run one tile at a time");
+  // Note [dQ by TMA reduce]. Each group's fp32 dQ tile (64 rows x kDqN columns) is staged in shared
+  // memory as 32-column chunks of 128-byte rows with the 128-byte swizzle, the box of dq_accum's tensor
+  // map; the writer warp adds one chunk per TMA reduce. One staging tile per group: the group refills it
+  // only once the writer has seen the previous reduce read it (named barriers kBarDqEmpty / kBarDqFull).
+  static constexpr int kDqChunkCols = 32;
+  static constexpr int kDqChunkBytes = 64 * kDqChunkCols * 4;
+  static constexpr int kDqChunks = (kDqN + kDqChunkCols - 1) / kDqChunkCols;
+  static constexpr int kDqStageBytes = kDqChunks * kDqChunkBytes;
+  static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqStageBytes;
+  static constexpr int kStageBytes = 2 * kQBytes + 2 * kRowBytes;
+  static constexpr int kStagesFit = (227 * 1024 - 2048 - kFixedBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   // Shared memory (every tile 1024-byte aligned for the swizzle atoms): K, V, dS per consumer twice
-  // (tiles alternate, Note [dS buffers]), the Q and dO slots, then L and D per slot, then the barriers.
+  // (tiles alternate, Note [dS buffers]), the dQ staging per consumer, the Q and dO slots, then L and D
+  // per slot, then the barriers.
   static constexpr int kOffV = kKVBytes;
   static constexpr int kOffDS = 2 * kKVBytes;
-  static constexpr int kOffQ = kOffDS + 2 * kConsumers * kDSBytes;
+  static constexpr int kOffDQ = kOffDS + 2 * kConsumers * kDSBytes;
+  static constexpr int kOffQ = kOffDQ + kConsumers * kDqStageBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+  static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
   static_assert(kStages >= 2, "Q/dO need double buffering");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
   static_assert(D % 16 == 0 && D <= 256 && kDqSplit % 16 == 0 && kDqN % 16 == 0, "wgmma N is a multiple of 8");
+  static_assert(kDqRowSplit || kDqSplit % kDqChunkCols == 0, "each group's dQ columns start on a reduce chunk");
 };
 
+// The shipped tile per head dim (measured on an H100, docs/flash_notes.md, backward v5): 128-query tiles
+// at d = 64, where S^T / dP^T of 64 x 64 would be bound by shared-memory reads; 64 at d = 80 / 128, where
+// 128 would not fit the registers beside dK and dV.
+template <typename T, int D>
+using BwdShipped = BwdConfig<T, D, D == 64 ? 128 : 64>;
+
 struct BwdMaps {
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, dq_accum;
 };
+
+// Named barriers (id 0 is __syncthreads): both consumers' dS of a tile written; per consumer group g, its
+// dQ staging filled (kBarDqFull + g) and free again (kBarDqEmpty + g), each between the group's 128
+// threads and the writer warp.
+constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4, kDqBarThreads = 128 + 32;
 
 template <typename C, bool Causal>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const __grid_constant__ BwdMaps maps,
@@ -124,6 +139,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   const int m_first = Causal ? n0 / kBlockM : 0;
   const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int warpgroup = threadIdx.x / 128;
+
+  // The part of dQ group g adds (Note [dQ split]): first row in the tile, first column, columns it adds.
+  auto dq_row0 = [](int g) { return C::kDqRowSplit ? g * 64 : 0; };
+  auto dq_col0 = [](int g) { return C::kDqRowSplit || g == 0 ? 0 : C::kDqSplit; };
+  auto dq_cols_added = [](int g) { return C::kDqRowSplit ? D : g == 0 ? C::kDqSplit : C::kDqN; };
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
@@ -160,20 +180,54 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       }
     } else if (warp == 1) {
       // L (natural log, from the forward) goes into the exp2 domain here; rows past the end get L = +inf
-      // and D = 0, so their P and dS are exactly 0 without a row mask.
+      // and D = 0, so their P and dS are exactly 0 without a row mask. The next tile's rows are loaded
+      // as soon as this one is stored, so the global latency hides under the wait for the next slot.
       const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
       const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
+      constexpr int kRowsPerLane = kBlockM / 32;
+      float l_next[kRowsPerLane], d_next[kRowsPerLane];
+      auto fetch = [&](int m) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerLane; ++r) {
+          const int row = m * kBlockM + lane + 32 * r;
+          l_next[r] = row < p.seqlen_q ? __ldg(gL + row) * static_cast<float>(M_LOG2E) : INFINITY;
+          d_next[r] = row < p.seqlen_q ? __ldg(gDsum + row) : 0.f;
+        }
+      };
+      fetch(m_first);
       for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
         const int s = it % kStages;
         mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
 #pragma unroll
-        for (int r = lane; r < kBlockM; r += 32) {
-          const int row = m * kBlockM + r;
-          sL[s * kBlockM + r] = row < p.seqlen_q ? gL[row] * static_cast<float>(M_LOG2E) : INFINITY;
-          sDsum[s * kBlockM + r] = row < p.seqlen_q ? gDsum[row] : 0.f;
+        for (int r = 0; r < kRowsPerLane; ++r) {
+          sL[s * kBlockM + lane + 32 * r] = l_next[r];
+          sDsum[s * kBlockM + lane + 32 * r] = d_next[r];
         }
         mbar_arrive(&q_full[s]);
+        if (m + 1 < m_tiles) fetch(m + 1);
       }
+    } else if (warp == 2) {
+      // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
+      // have read it, it is free again (not after the last tile: nobody waits for that).
+      if (lane == 0) tma_prefetch_map(&maps.dq_accum);
+      for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+      for (int m = m_first; m < m_tiles; ++m) {
+        for (int g = 0; g < C::kConsumers; ++g) {
+          named_sync(kBarDqFull + g, kDqBarThreads);
+          if (lane == 0) {
+            const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
+            const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
+            for (int c = 0; c < chunks; ++c)
+              tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, dq_col0(g) + c * C::kDqChunkCols,
+                                m * kBlockM + dq_row0(g), bh);
+            bulk_commit();
+            bulk_wait_read_all();
+          }
+          __syncwarp();
+          if (m + 1 < m_tiles) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+        }
+      }
+      if (lane == 0) bulk_wait_all();
     }
     return;
   }
@@ -196,13 +250,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   float acc_dk[D / 2], acc_dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-  // Accumulators that a wgmma starts from zero are declared where their tile begins (S^T, dP^T, dQ): the
-  // wrappers' "+f" operands read them, so an array declared outside the loop would keep the previous
-  // tile's values live until the next wgmma overwrote them.
-  using SAcc = float[kBlockM / 2];
-  using DqAcc = float[C::kDqN / 2];
   uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
-  float* gdQacc = p.dq_accum + static_cast<int64_t>(bh) * p.seqlen_q * D;
 
   // S^T = K Q^T or dP^T = V dO^T (issue only): A = this group's 64 rows of K (V), B = the Q (dO) slot,
   // both K-major over the head dim.
@@ -224,17 +272,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       wgmma_rs<T, D>(acc, frag[kk], db, 1);
     }
   };
-  // This group's part of dQ (Note [dQ split]): first row in the tile, first column, columns it adds.
-  const int dq_row0 = C::kDqRowSplit ? wg * 64 : 0;
-  const int dq_col0 = C::kDqRowSplit || wg == 0 ? 0 : C::kDqSplit;
-  const int dq_cols_added = C::kDqRowSplit ? D : wg == 0 ? C::kDqSplit : C::kDqN;
-  // dQ columns [col0, col0 + N) of 64 query rows = dS (those rows x 128 keys: both groups' tiles in buffer
-  // `buf`, K-major, 128-byte swizzle) * K (128 keys x N, N-major).
-  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int col0, int buf) {
+  // dQ columns [col0, col0 + kDqN) of this group's 64 query rows = dS (those rows x 128 keys: both groups'
+  // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
+  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf) {
     constexpr int N = C::kDqN;
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
-    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0 * 128;
-    const uint32_t k_cols = smem_addr(sK) + (col0 / kSwE) * kBlockN * kSwB;
+    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
+    const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const int g = kk / (C::kKeysPerGroup / 16), off = (kk % (C::kKeysPerGroup / 16)) * 32;
@@ -243,61 +287,77 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       wgmma_ss_bt<T, N>(acc, da, db, kk > 0);
     }
   };
-  // This group's dQ columns of the tile at m0 into dq_accum (unscaled; the convert kernel applies the
-  // softmax scale). Lanes 2k and 2k+1 hold columns {0,1} and {2,3} of the same 4-column group for rows a
-  // and b: one shuffle gives the even lane row a's four columns and the odd lane row b's, so every add is
-  // one 16-byte red.
-  auto add_dq = [&](const float(&acc)[C::kDqN / 2], int col0, int n_add, int m0) {
-    constexpr int N = C::kDqN;
-    const bool odd = lane & 1;
-    const int q = m0 + dq_row0 + warp * 16 + lane / 4 + (odd ? 8 : 0);
-    float* dst = gdQacc + static_cast<int64_t>(q) * D + col0 + col_in_tile - (odd ? 2 : 0);
+  // dS^T fragments -> ds_tile[query][key] (128-byte rows, 128-byte swizzle: 16-byte unit u of row r at
+  // u ^ (r % 8)), the K-major A operand of dQ = dS K. ds_frag[j] holds the 8 x 8 tiles (query block 2j,
+  // keys +0 / +8) and (2j + 1, +0 / +8); stmatrix's transposing store writes each tile's 8 query rows of 8
+  // keys (16 bytes), lane 8 m + r naming row r of tile m.
+  auto store_ds = [&](unsigned char* ds_tile) {
+    const int m = lane / 8, r = lane % 8;
+    const int unit = (2 * warp + (m % 2)) ^ r;  // key unit (warp * 16 + 8 (m % 2)) / 8, swizzled by row r % 8
+    const uint32_t base = smem_addr(ds_tile) + unit * 16;
 #pragma unroll
-    for (int i = 0; i < N / 8; ++i) {
-      const float x = __shfl_xor_sync(0xffffffffu, odd ? acc[4 * i] : acc[4 * i + 2], 1);
-      const float y = __shfl_xor_sync(0xffffffffu, odd ? acc[4 * i + 1] : acc[4 * i + 3], 1);
-      if (q < p.seqlen_q && 8 * i < n_add) {
-        if (odd)
-          red_add_v4(dst + 8 * i, x, y, acc[4 * i + 2], acc[4 * i + 3]);
-        else
-          red_add_v4(dst + 8 * i, acc[4 * i], acc[4 * i + 1], x, y);
+    for (int j = 0; j < kBlockM / 16; ++j) {
+      const int q = 8 * (2 * j + m / 2) + r;
+      stmatrix_x4_trans(base + q * 128, ds_frag[j][0], ds_frag[j][1], ds_frag[j][2], ds_frag[j][3]);
+    }
+  };
+  // This group's dQ tile into its staging (Note [dQ by TMA reduce]): fragment (row, column) pairs as float2
+  // into 128-byte rows with the 128-byte swizzle; columns past what the group adds are dropped.
+  auto stage_dq = [&](const float(&acc)[C::kDqN / 2]) {
+    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
+    const int n_add = dq_cols_added(wg);
+#pragma unroll
+    for (int i = 0; i < C::kDqN / 8; ++i) {
+      if (8 * i >= n_add) continue;
+      const int col = 8 * i + col_in_tile, chunk = col / C::kDqChunkCols, cc = col % C::kDqChunkCols;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = warp * 16 + lane / 4 + 8 * hr;
+        const int byte = row * 128 + ((((cc * 4) / 16) ^ (row % 8)) * 16) + (cc * 4) % 16;
+        *reinterpret_cast<float2*>(stage + chunk * C::kDqChunkBytes + byte) = make_float2(acc[4 * i + 2 * hr], acc[4 * i + 2 * hr + 1]);
       }
     }
   };
-  // Note [dS buffers]. dQ needs both groups' dS, so the groups meet at named barrier 1 after writing it;
-  // tiles alternate between two dS buffers, so a group may write the next tile's dS while the other still
+
+  // Note [bwd issue order]. Per tile, the tensor core always has queued work while the CUDA cores do the
+  // elementwise steps: S^T and dP^T are issued together and P^T = exp2(..) runs under dP^T; dV += P^T dO
+  // is issued as soon as P^T is packed and runs under the dS store and the groups' barrier; dQ and dK
+  // are issued back to back, and the dQ staging (and the slot's release) runs under dK.
+  // Note [dS buffers]. dQ needs both groups' dS, so the groups meet at kBarDs after writing it; tiles
+  // alternate between two dS buffers, so a group may write the next tile's dS while the other still
   // reads this one, and the barrier of that next tile guarantees the older buffer is no longer read.
-  // S^T and dP^T of the tile in slot s (two commit groups).
-  auto issue_sdp = [&](SAcc& s_acc, SAcc& dp_acc, int s) {
+  // A group whose keys all lie after the tile's queries (causal) or past the end runs the tile anyway,
+  // fully masked (P = dS = 0): ptxas serialises wgmmas on paths it cannot prove uniform.
+  mbar_wait(kv_full, 0);
+#pragma unroll 1
+  for (int it = 0; it < m_tiles - m_first; ++it) {
+    const int s = it % kStages, buf = it & 1;
+    const int m0 = (m_first + it) * kBlockM;
     const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
+    const float* l_s = sL + s * kBlockM;
+    const float* dsum_s = sDsum + s * kBlockM;
+    float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
+    mbar_wait(&q_full[s], (it / kStages) & 1);
+    wgmma_fence();
     issue_kq(s_acc, k_group, q_slot);
     wgmma_commit();
     issue_kq(dp_acc, v_group, do_slot);
     wgmma_commit();
-  };
-  // Waits for S^T / dP^T of the tile at m0 (slot s, the two most recent commit groups), then P^T, dS^T and
-  // their A fragments in registers, and dS into buffer `buf` for dQ; ends at the barrier that tells both
-  // groups every dS of the tile is written. A group whose keys all lie after the tile's queries (causal) or
-  // past the end runs the tile anyway, fully masked (P = dS = 0): ptxas serialises wgmmas on paths it
-  // cannot prove uniform.
-  auto softmax_grad = [&](SAcc& s_acc, SAcc& dp_acc, int s, int m0, int buf) {
-    unsigned char* ds_tile = smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes;
-    const float* l_s = sL + s * kBlockM;
-    const float* dsum_s = sDsum + s * kBlockM;
+
     wgmma_wait<1>();
     fence_regs(s_acc);
     // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked.
     const bool masked = key0 + C::kKeysPerGroup > p.seqlen_k || (Causal && m0 < key0 + C::kKeysPerGroup - 1);
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) {
+      const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int q_local = 8 * i + col_in_tile + e;
-        const float l = l_s[q_local];
-        float pa = fast_exp2(fmaf(s_acc[4 * i + e], scale_log2, -l));
-        float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -l));
+        const float le = e ? l.y : l.x;
+        float pa = fast_exp2(fmaf(s_acc[4 * i + e], scale_log2, -le));
+        float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -le));
         if (masked) {
-          const int q = m0 + q_local;
+          const int q = m0 + 8 * i + col_in_tile + e;
           if (key_a >= p.seqlen_k || (Causal && key_a > q)) pa = 0.f;
           if (key_b >= p.seqlen_k || (Causal && key_b > q)) pb = 0.f;
         }
@@ -307,105 +367,47 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
     wgmma_wait<0>();
     fence_regs(dp_acc);
-    // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), and dS
-    // transposed into shared memory: ds_tile[query][key], 128-byte rows with the 128-byte swizzle
-    // (16-byte unit u of row r lives at unit u ^ (r % 8)), the K-major A operand of dQ = dS K. One
+    // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), one
     // 8-column block at a time, so each block's fp32 values die as soon as they are packed.
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) {
+      const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q_local = 8 * i + col_in_tile + e;
-        const float dsum = dsum_s[q_local];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float& ds = dp_acc[4 * i + 2 * r + e];
-          ds = s_acc[4 * i + 2 * r + e] * (ds - dsum);
-          const int key = key_local_a + 8 * r;
-          const int byte = q_local * 128 + ((((key * 2) / 16) ^ (q_local % 8)) * 16) + (key * 2) % 16;
-          *reinterpret_cast<uint16_t*>(ds_tile + byte) = static_cast<uint16_t>(pack2<T>(ds, 0.f) & 0xffffu);
-        }
+      for (int r = 0; r < 2; ++r) {
+        dp_acc[4 * i + 2 * r] = s_acc[4 * i + 2 * r] * (dp_acc[4 * i + 2 * r] - dsum.x);
+        dp_acc[4 * i + 2 * r + 1] = s_acc[4 * i + 2 * r + 1] * (dp_acc[4 * i + 2 * r + 1] - dsum.y);
       }
       p_frag[i / 2][(i % 2) * 2] = pack2<T>(s_acc[4 * i], s_acc[4 * i + 1]);
       p_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[4 * i + 2], s_acc[4 * i + 3]);
       ds_frag[i / 2][(i % 2) * 2] = pack2<T>(dp_acc[4 * i], dp_acc[4 * i + 1]);
       ds_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(dp_acc[4 * i + 2], dp_acc[4 * i + 3]);
     }
-    fence_proxy_async_smem();            // the st.shared of dS before the wgmma (async proxy) reads it
-    named_sync(1, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
-  };
-  // dV += P^T dO, dK += dS^T Q (one commit group) and this group's columns of dQ (another) for the tile in
-  // slot s whose dS is in buffer `buf`.
-  auto issue_grads = [&](DqAcc& acc_dq, int s, int buf) {
-    const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
+    wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
+    wgmma_commit();
+    store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
+    fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
+    named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+
+    float acc_dq[C::kDqN / 2];
+    wgmma_fence();
+    issue_dq(acc_dq, buf);
+    wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();
-    issue_dq(acc_dq, dq_col0, buf);
-    wgmma_commit();
-  };
-  // After issue_grads' groups completed: the slot is free again, and dQ goes to dq_accum.
-  auto finish_grads = [&](DqAcc& acc_dq, int s, int m0) {
+    wgmma_wait<1>();  // dV and dQ done; dK may still run
     fence_regs(acc_dq);
-    fence_regs(acc_dk);
     fence_regs(acc_dv);
     fence_regs(p_frag);
+    named_sync(kBarDqEmpty + wg, kDqBarThreads);
+    stage_dq(acc_dq);
+    fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
+    named_arrive(kBarDqFull + wg, kDqBarThreads);
+    wgmma_wait<0>();
+    fence_regs(acc_dk);
     fence_regs(ds_frag);
     __syncwarp();
     if (lane == 0) mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
-    add_dq(acc_dq, dq_col0, dq_cols_added, m0);
-  };
-
-  // Note [bwd pipeline] (BwdConfig): iteration it issues tile it-1's gradients and tile it's S^T / dP^T,
-  // adds tile it-1's dQ while the latter run, then does tile it's softmax gradient. The first tile's
-  // S^T / dP^T and the last tile's gradients are peeled off.
-  mbar_wait(kv_full, 0);
-  if constexpr (!C::template kPipelinedFor<Causal>) {
-    // One tile at a time (d = 128: the two tiles' accumulators of the pipeline do not fit).
-#pragma unroll 1
-    for (int it = 0; it < m_tiles - m_first; ++it) {
-      const int s = it % kStages;
-      const int m0 = (m_first + it) * kBlockM;
-      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2], acc_dq[C::kDqN / 2];
-      mbar_wait(&q_full[s], (it / kStages) & 1);
-      wgmma_fence();
-      issue_sdp(s_acc, dp_acc, s);
-      softmax_grad(s_acc, dp_acc, s, m0, it & 1);
-      wgmma_fence();
-      issue_grads(acc_dq, s, it & 1);
-      wgmma_wait<0>();
-      finish_grads(acc_dq, s, m0);
-    }
-  } else {
-    mbar_wait(&q_full[0], 0);
-    {
-      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
-      wgmma_fence();
-      issue_sdp(s_acc, dp_acc, 0);
-      softmax_grad(s_acc, dp_acc, 0, m_first * kBlockM, 0);
-    }
-    const int n_tiles = m_tiles - m_first;
-#pragma unroll 1
-    for (int it = 1; it < n_tiles; ++it) {
-      const int s = it % kStages, s_prev = (it - 1) % kStages;
-      const int m0 = (m_first + it) * kBlockM;
-      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2], acc_dq[C::kDqN / 2];
-      mbar_wait(&q_full[s], (it / kStages) & 1);
-      wgmma_fence();
-      issue_grads(acc_dq, s_prev, (it - 1) & 1);
-      issue_sdp(s_acc, dp_acc, s);
-      wgmma_wait<2>();  // the gradients of tile it-1 are done; S^T / dP^T of tile it may still run
-      finish_grads(acc_dq, s_prev, m0 - kBlockM);
-      softmax_grad(s_acc, dp_acc, s, m0, it & 1);
-    }
-    {
-      const int s_last = (n_tiles - 1) % kStages;
-      float acc_dq[C::kDqN / 2];
-      wgmma_fence();
-      issue_grads(acc_dq, s_last, (n_tiles - 1) & 1);
-      wgmma_wait<0>();
-      finish_grads(acc_dq, s_last, (m_tiles - 1) * kBlockM);
-    }
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.

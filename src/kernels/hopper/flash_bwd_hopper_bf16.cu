@@ -2,7 +2,7 @@
 #include "kernels/hopper/flash_bwd_hopper_launch.cuh"
 
 namespace lmscale::kernels::hopper {
-template bool launch_bwd<BwdConfig<__nv_bfloat16, 64>>(const FlashParams&, cudaStream_t);
-template bool launch_bwd<BwdConfig<__nv_bfloat16, 80>>(const FlashParams&, cudaStream_t);
-template bool launch_bwd<BwdConfig<__nv_bfloat16, 128>>(const FlashParams&, cudaStream_t);
+template bool launch_bwd<BwdShipped<__nv_bfloat16, 64>>(const FlashParams&, cudaStream_t);
+template bool launch_bwd<BwdShipped<__nv_bfloat16, 80>>(const FlashParams&, cudaStream_t);
+template bool launch_bwd<BwdShipped<__nv_bfloat16, 128>>(const FlashParams&, cudaStream_t);
 }  // namespace lmscale::kernels::hopper

@@ -11,11 +11,25 @@
 
 namespace lmscale::kernels::hopper {
 
+// The map the dQ writer reduces into (Note [dQ by TMA reduce]): dq_accum as fp32 (d, row, batch * head),
+// boxes of 32 columns x 64 rows with the 128-byte swizzle; rows and columns past the end are skipped.
+inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_cols) {
+  const cuuint64_t dims[3] = {cuuint64_t(p.head_dim), cuuint64_t(p.seqlen_q), cuuint64_t(p.batch) * p.heads};
+  const cuuint64_t strides[2] = {cuuint64_t(p.head_dim) * 4, cuuint64_t(p.seqlen_q) * p.head_dim * 4};
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), 64, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  if (reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0) return false;
+  return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.dq_accum, dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Builds the maps and launches the backward of config C on `stream`; false (nothing launched) when TMA
 // cannot describe one of the tensors.
 template <typename C>
 bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
   BwdMaps maps;
+  if (!make_dq_accum_map(&maps.dq_accum, p, C::kDqChunkCols)) return false;
   if (!make_map(&maps.q, p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems,
                 C::kBlockM, C::kSwizzleBytes) ||
       !make_map(&maps.dout, p, p.dout, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride,

@@ -40,9 +40,9 @@ bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
 template <typename T>
 bool bwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: return launch_bwd<BwdConfig<T, 64>>(p, stream);
-    case 80: return launch_bwd<BwdConfig<T, 80>>(p, stream);
-    case 128: return launch_bwd<BwdConfig<T, 128>>(p, stream);
+    case 64: return launch_bwd<BwdShipped<T, 64>>(p, stream);
+    case 80: return launch_bwd<BwdShipped<T, 80>>(p, stream);
+    case 128: return launch_bwd<BwdShipped<T, 128>>(p, stream);
     default: return false;
   }
 }

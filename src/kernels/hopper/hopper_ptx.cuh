@@ -1,6 +1,6 @@
 // The Hopper (sm_90a) instructions the FlashAttention kernels use, one small inline-PTX wrapper each
-// (PTX ISA 8.x sections named per function): mbarriers, TMA bulk tensor loads, wgmma fences and shared
-// memory descriptors, register reallocation. Written by hand instead of through CuTe: the kernels need
+// (PTX ISA 8.x sections named per function): mbarriers, TMA bulk tensor loads and reduce-adds, wgmma fences and shared
+// memory descriptors, stmatrix, register reallocation. Written by hand instead of through CuTe: the kernels need
 // about fifteen instructions, and seeing them is the point (docs/flash_notes.md, "Hopper: why raw PTX").
 #pragma once
 #include <cuda.h>  // CUtensorMap (a plain 128-byte struct; no driver call is made from device code)
@@ -9,15 +9,19 @@
 
 namespace lmscale::kernels::hopper {
 
-// The dynamic shared memory rounded up to 1024 bytes: the swizzle pattern repeats every 1024 bytes and the
-// wgmma descriptors assume atom-aligned tile bases (the kernels ask for 1024 bytes of slack).
-__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+
+// The dynamic shared memory rounded up to 1024 bytes: the swizzle pattern repeats every 1024 bytes and the
+// wgmma descriptors assume atom-aligned tile bases (the kernels ask for 1024 bytes of slack). Done by
+// pointer arithmetic on the __shared__ array itself, never through an integer, so the compiler still
+// knows every pointer derived from it is shared and emits LDS / STS (a round trip through uintptr_t made
+// them generic LD / ST: slower, and fenced as global memory; docs/flash_notes.md, backward v5).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* smem_raw) {
+  return smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+}
+
 
 // ---- mbarrier (PTX 9.7.13.15): a 64-bit shared-memory object counting arrivals and TMA bytes.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
@@ -119,10 +123,26 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// Four adjacent fp32 adds into global memory with no result (PTX 9.7.13.6, red .v4.f32 needs sm_90):
-// the backward's dQ accumulation; dst must be 16-byte aligned.
-__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+// ---- Bulk tensor reduce (PTX 9.7.9.27): adds a shared-memory tile into global memory through a tensor
+// map (the backward's dQ: fp32, the add done by the TMA unit in L2, rows and columns past the tensor's end
+// skipped). The issuing thread tracks it in a bulk group: commit, then wait until its shared-memory
+// source has been read (the tile may be rewritten) or until the adds are done.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* src, const CUtensorMap* map, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// ---- stmatrix (PTX 9.7.14.5.16): four 8 x 8 16-bit tiles from mma fragments (one 32-bit register per
+// tile per thread) into shared memory, transposed; lane 8 j + r gives the address of row r of tile j.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
                : "memory");
 }
 
