@@ -48,6 +48,9 @@ struct BwdConfig {
   static constexpr int kSwizzleElems = kSwizzleBytes / 2;
   static constexpr int kDPad = (D + kSwizzleElems - 1) / kSwizzleElems * kSwizzleElems;
   static constexpr int kChunks = kDPad / kSwizzleElems;
+  // k-steps of S^T = K Q^T and dP^T = V dO^T: the head dim, not its padding (the padded columns are TMA's
+  // zeros and add nothing; d = 80 runs 5 k-steps, not 6).
+  static constexpr int kKSteps = D / 16;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -109,9 +112,27 @@ struct BwdMaps {
 // threads and the writer warp.
 constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4, kDqBarThreads = 128 + 32;
 
+// Note [bwd grid order]. A 1-D grid. The (batch, head) pairs are cut into L2 sections of
+// heads_per_section heads whose Q, dO and dq_accum fit in L2 together (bwd_heads_per_section); a section's
+// blocks run before the next section's, key block 0 of every head of the section first, then key block 1,
+// and so on. Key block 0 has the most causal query tiles, so the longest blocks start first; and the blocks
+// in flight at once share a few heads, so every Q / dO tile read from HBM is reused from L2 by the other key
+// blocks of its head (with all heads in flight at once, as a (heads, key blocks) grid does at short
+// sequences, each key block streamed its head's Q and dO from HBM again: docs/flash_notes.md, backward v5).
+struct BwdTile {
+  int n_block, bh;
+};
+__host__ __device__ inline BwdTile bwd_tile(int linear, int n_blocks, int batch_heads, int heads_per_section) {
+  const int section = linear / (n_blocks * heads_per_section);
+  const int first_bh = section * heads_per_section;
+  const int heads = batch_heads - first_bh < heads_per_section ? batch_heads - first_bh : heads_per_section;
+  const int rest = linear - section * n_blocks * heads_per_section;
+  return {rest / heads, first_bh + rest % heads};
+}
+
 template <typename C, bool Causal>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const __grid_constant__ BwdMaps maps,
-                                                                          const FlashParams p) {
+                                                                          const FlashParams p, int heads_per_section) {
   using T = typename C::T;
   constexpr int D = C::D;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
@@ -131,9 +152,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   uint64_t* q_full = bar + 1;         // Q, dO (TMA bytes) and L, D (32 arrivals of the row warp) landed
   uint64_t* q_empty = q_full + kStages;  // every consumer warp is done with the slot
 
-  // Note [grid order] (flash_fwd_kernel.cuh): small key blocks have the most causal query tiles, so first.
-  const int n_block = blockIdx.y;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
+  const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
   const int n0 = n_block * kBlockN;
   // Causal: query tiles wholly before the block's first key see none of its keys and are skipped.
   const int m_first = Causal ? n0 / kBlockM : 0;
@@ -210,19 +230,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
       // have read it, it is free again (not after the last tile: nobody waits for that).
       if (lane == 0) tma_prefetch_map(&maps.dq_accum);
+      static_assert(C::kConsumers == 2, "the writer's wait_group counts assume two groups");
       for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
       for (int m = m_first; m < m_tiles; ++m) {
+        // Both groups' reduces are issued before either staging is waited for, so group 1's never queues
+        // behind group 0's read.
         for (int g = 0; g < C::kConsumers; ++g) {
           named_sync(kBarDqFull + g, kDqBarThreads);
           if (lane == 0) {
             const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
-            for (int c = 0; c < chunks; ++c)
-              tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, dq_col0(g) + c * C::kDqChunkCols,
-                                m * kBlockM + dq_row0(g), bh);
+            for (int c = 0; c < chunks; ++c) {
+              const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
+              tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+            }
             bulk_commit();
-            bulk_wait_read_all();
           }
+        }
+        for (int g = 0; g < C::kConsumers; ++g) {
+          if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();
           __syncwarp();
           if (m + 1 < m_tiles) named_arrive(kBarDqEmpty + g, kDqBarThreads);
         }
@@ -256,7 +282,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // both K-major over the head dim.
   auto issue_kq = [&](float(&acc)[kBlockM / 2], uint32_t a_base, uint32_t b_slot) {
 #pragma unroll
-    for (int kk = 0; kk < C::kDPad / 16; ++kk) {
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
       const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
       const uint64_t da = smem_desc<kSwB>(a_base + c * kBlockN * kSwB + off, 16, kAtomBytes);
       const uint64_t db = smem_desc<kSwB>(b_slot + c * kBlockM * kSwB + off, 16, kAtomBytes);

@@ -5,6 +5,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "kernels/cuda_check.h"
 #include "kernels/hopper/flash_bwd_hopper.cuh"
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"  // make_map
@@ -24,6 +27,16 @@ inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_co
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Note [bwd grid order] (flash_bwd_hopper.cuh): the largest power of two of heads whose Q, dO (input
+// dtype) and dq_accum (fp32) take at most 40 MB, under the H100's 50 MB of L2, at least one.
+inline int bwd_heads_per_section(const FlashParams& p) {
+  const int64_t bytes_per_head = static_cast<int64_t>(p.seqlen_q) * p.head_dim * (2 + 2 + 4);
+  const int64_t budget = int64_t(40) << 20;
+  int heads = 1;
+  while (heads * 2 <= p.batch * p.heads && bytes_per_head * heads * 2 <= budget) heads *= 2;
+  return heads;
+}
+
 // Builds the maps and launches the backward of config C on `stream`; false (nothing launched) when TMA
 // cannot describe one of the tensors.
 template <typename C>
@@ -40,7 +53,8 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
                 C::kBlockN, C::kSwizzleBytes))
     return false;
   const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
-  check_grid_y(n_blocks, "flash_bwd_hopper_kernel");
+  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * p.heads;
+  if (blocks > 0x7fffffff) throw std::runtime_error("flash_bwd_hopper_kernel: " + std::to_string(blocks) + " blocks exceed the grid");
   auto* kernel = p.is_causal ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, true>,
@@ -50,7 +64,7 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  kernel<<<dim3(p.batch * p.heads, n_blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p);
+  kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p, bwd_heads_per_section(p));
   LMSCALE_CUDA_CHECK(cudaGetLastError());
   return true;
 }
