@@ -11,6 +11,8 @@
 //   flash_hopper_probe bwd_check [D]            backward: dQ, dK, dV vs fp64, same grid as check (mma.sync beside)
 //   flash_hopper_probe bwd_small [D]            one small backward per kernel (for compute-sanitizer)
 //   flash_hopper_probe bwd_variants             every backward variant (bwd_variants(D)) vs fp64 on odd sizes
+//   flash_hopper_probe bwd_check_deterministic [D]  bwd_check with the deterministic dQ order
+//   flash_hopper_probe bwd_repeatable           deterministic mode: dQ bitwise equal over reruns
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
@@ -442,6 +444,18 @@ std::vector<BwdVariant> bwd_variants(int d) {
 // (same inputs, outputs NaN-poisoned before each) are compared with fp64 on sampled rows. Error per
 // gradient: max |got - want| / max(max |want|, 1); the case fails on the Hopper error only (mma.sync's
 // is printed beside it as the established kernel's error on the same data).
+// With it set, the Hopper backward runs in its deterministic mode (a zeroed p.dq_semaphore).
+bool g_deterministic = false;
+
+// A zeroed dQ semaphore for p's shape (FlashParams::dq_semaphore), owned by the caller.
+int* zeroed_semaphore(const lk::FlashParams& p) {
+  int* sem = nullptr;
+  const size_t n = size_t(p.batch) * p.heads * ((p.seqlen_q + 63) / 64);
+  CHECK(cudaMalloc(&sem, n * 4));
+  CHECK(cudaMemset(sem, 0, n * 4));
+  return sem;
+}
+
 int check_bwd_case(const Case& c, std::mt19937& rng, const BwdVariant* variant = nullptr) {
   const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
   std::normal_distribution<float> dist(0.f, 1.f);
@@ -481,8 +495,11 @@ int check_bwd_case(const Case& c, std::mt19937& rng, const BwdVariant* variant =
     for (void* x : {bb.dq, bb.dk, bb.dv}) CHECK(cudaMemset(x, 0xff, L.elems * 2));  // NaN poison
     CHECK(cudaMemset(bb.dq_accum, 0xff, int64_t(c.b) * c.h * c.s * c.d * 4));
     CHECK(cudaMemset(bb.dsum, 0xff, int64_t(c.b) * c.h * c.s * 4));
-    run(p);
+    lk::FlashParams pp = p;
+    if (g_deterministic) pp.dq_semaphore = zeroed_semaphore(p);
+    run(pp);
     CHECK(cudaDeviceSynchronize());
+    if (pp.dq_semaphore) CHECK(cudaFree(pp.dq_semaphore));
     std::vector<uint16_t> got[3] = {std::vector<uint16_t>(L.elems), std::vector<uint16_t>(L.elems),
                                     std::vector<uint16_t>(L.elems)};
     CHECK(cudaMemcpy(got[0].data(), bb.dq, L.elems * 2, cudaMemcpyDeviceToHost));
@@ -539,6 +556,47 @@ int check_bwd(bool small, int only_d) {
   return failures ? 1 : 0;
 }
 
+// Deterministic mode (Note [deterministic dQ]): dQ of three runs on the same inputs must be bitwise equal;
+// the default mode's three runs are compared too and printed (they may differ: that is what the mode is for).
+int check_bwd_repeatable() {
+  int failures = 0;
+  std::mt19937 rng(99);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int d : {64, 80, 128})
+    for (bool causal : {false, true})
+      for (int s : {1000, 4099}) {
+        const Case c{2, 3, s, d, causal, true, false, d};
+        const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
+        BwdBuffers bb = alloc_bwd(c, L);
+        std::vector<uint16_t> h(L.elems);
+        for (void* x : {bb.q, bb.k, bb.v, bb.dout}) {
+          for (auto& e : h) e = to_bits(dist(rng), c.bf16);
+          CHECK(cudaMemcpy(x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
+        }
+        const auto p = make_bwd_params(c, L, bb);
+        lk::hopper::run_fwd(p, nullptr);
+        int differing[2] = {0, 0};
+        for (int det = 0; det < 2; ++det) {
+          std::vector<uint16_t> first(L.elems), got(L.elems);
+          for (int run = 0; run < 3; ++run) {
+            lk::FlashParams pp = p;
+            if (det) pp.dq_semaphore = zeroed_semaphore(p);
+            run_hopper_bwd<__nv_bfloat16>(pp);
+            CHECK(cudaMemcpy(run ? got.data() : first.data(), bb.dq, L.elems * 2, cudaMemcpyDeviceToHost));
+            if (pp.dq_semaphore) CHECK(cudaFree(pp.dq_semaphore));
+            if (run && std::memcmp(first.data(), got.data(), L.elems * 2) != 0) ++differing[det];
+          }
+        }
+        const bool ok = differing[1] == 0;
+        failures += !ok;
+        std::printf("bwd_repeatable d=%-3d causal=%d s=%-5d  deterministic: %d of 2 reruns differ  default: %d of 2  %s\n", d,
+                    causal, s, differing[1], differing[0], ok ? "ok" : "FAIL");
+        free_bwd(bb);
+      }
+  std::printf("bwd_repeatable: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}
+
 // Every backward variant against fp64 on odd sizes and two layouts (bf16), before it is timed.
 int check_bwd_variants() {
   int failures = 0;
@@ -580,6 +638,19 @@ int time_bwd(const Case& c, int iters) {
               "| fwd+bwd (hopper fwd %.3f): hopper %.3f ms (%.0f)  hopper fwd + mma.sync bwd %.3f ms\n",
               c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, t_hb, bwd_flop / t_hb / 1e9, t_mb,
               bwd_flop / t_mb / 1e9, t_hf, t_hfb, (fwd_flop + bwd_flop) / t_hfb / 1e9, t_mfb);
+  {
+    lk::FlashParams pd = p;
+    pd.dq_semaphore = zeroed_semaphore(p);
+    const size_t sem_bytes = size_t(p.batch) * p.heads * ((p.seqlen_q + 63) / 64) * 4;
+    const float t = median_ms(
+        [&] {
+          CHECK(cudaMemsetAsync(pd.dq_semaphore, 0, sem_bytes));
+          c.bf16 ? run_hopper_bwd<__nv_bfloat16>(pd) : run_hopper_bwd<__half>(pd);
+        },
+        iters);
+    std::printf("  bwd deterministic       %.3f ms (%.0f TFLOP/s)\n", t, bwd_flop / t / 1e9);
+    CHECK(cudaFree(pd.dq_semaphore));
+  }
   if (c.bf16)
     for (const BwdVariant& var : bwd_variants(c.d)) {
       const float t = median_ms([&] { var.fn(p); }, iters);
@@ -602,6 +673,11 @@ int main(int argc, char** argv) {
     if (mode == "bwd_check") return check_bwd(false, only_d);
     if (mode == "bwd_small") return check_bwd(true, only_d);
     if (mode == "bwd_variants") return check_bwd_variants();
+    if (mode == "bwd_repeatable") return check_bwd_repeatable();
+    if (mode == "bwd_check_deterministic") {
+      g_deterministic = true;
+      return check_bwd(false, only_d);
+    }
     if (mode == "bwd_time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
@@ -615,7 +691,7 @@ int main(int argc, char** argv) {
       return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
     std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
-                 "bwd_check [D] | bwd_small [D] | bwd_variants | bwd_time B H S D causal [bf16|fp16] [iters]\n");
+                 "bwd_check [D] | bwd_check_deterministic [D] | bwd_small [D] | bwd_variants | bwd_repeatable | bwd_time B H S D causal [bf16|fp16] [iters]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

@@ -6,7 +6,8 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-SHAPES = [(1, 16, 16384, 64), (1, 16, 16384, 128), (4, 32, 2048, 80)]  # (B, H, N, D)
+SHAPES = [(1, 16, 16384, 64), (1, 16, 16384, 128), (4, 32, 2048, 80), (1, 16, 8192, 128), (4, 16, 4096, 64),
+          (4, 25, 512, 64)]  # (B, H, N, D); the last: the xl model's attention at context 512
 
 
 def main():

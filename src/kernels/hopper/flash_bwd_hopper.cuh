@@ -150,7 +150,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
   uint64_t* kv_full = bar;
   uint64_t* q_full = bar + 1;         // Q, dO (TMA bytes) and L, D (32 arrivals of the row warp) landed
-  uint64_t* q_empty = q_full + kStages;  // every consumer warp is done with the slot
+  // Every consumer thread is done with the slot: its wgmmas that read Q / dO completed and its reads of L
+  // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
+  // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
+  uint64_t* q_empty = q_full + kStages;
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     mbar_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&q_full[s], 1 + 32);
-      mbar_init(&q_empty[s], 4 * C::kConsumers);
+      mbar_init(&q_empty[s], 128 * C::kConsumers);
     }
     mbar_init_fence();
   }
@@ -232,7 +235,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       if (lane == 0) tma_prefetch_map(&maps.dq_accum);
       static_assert(C::kConsumers == 2, "the writer's wait_group counts assume two groups");
       for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+      // Note [deterministic dQ]. With p.dq_semaphore, every query tile has a counter of the key blocks that
+      // have added into it; block n waits until it reads n (acquire), adds, waits until its adds are done
+      // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
+      // order the blocks run in. Blocks of a head start in key-block order (Note [bwd grid order]) and
+      // block n - 1 is always ahead of block n, so the waits end; the cost is that block n trails n - 1.
+      int* semaphore = p.dq_semaphore ? p.dq_semaphore + static_cast<int64_t>(bh) * ((p.seqlen_q + 63) / 64) : nullptr;
       for (int m = m_first; m < m_tiles; ++m) {
+        int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
+        if (turn && lane == 0) {
+          while (ld_acquire_gpu(turn) != n_block) {
+          }
+          fence_proxy_async_global();  // the adds below (async proxy) after the acquire
+        }
         // Both groups' reduces are issued before either staging is waited for, so group 1's never queues
         // behind group 0's read.
         for (int g = 0; g < C::kConsumers; ++g) {
@@ -246,6 +261,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
             }
             bulk_commit();
           }
+        }
+        if (turn && lane == 0) {
+          bulk_wait_all();             // the adds are done, not only their reads of shared memory
+          fence_proxy_async_global();  // ... and ordered before the release below
+          red_release_add_gpu(turn, 1);
         }
         for (int g = 0; g < C::kConsumers; ++g) {
           if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();
@@ -432,8 +452,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
+    mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
