@@ -93,7 +93,7 @@ std::string bwd_unsupported_reason(const FlashParams& p) {
   return {};
 }
 
-bool bwd_auto_prefers(const FlashParams& p) { return p.head_dim != 64; }
+bool bwd_auto_prefers(const FlashParams& p) { return p.head_dim == 64 || p.head_dim == 80 || p.head_dim == 128; }
 
 void run_bwd(const FlashParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
