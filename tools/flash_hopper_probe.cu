@@ -36,9 +36,6 @@
 #include "kernels/flash_fwd_launch.cuh"
 #include "kernels/hopper/flash_bwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_bwd_hopper_steps.cuh"
-#ifdef LMSCALE_PROBE_V4
-#include "flash_bwd_hopper_v4.cuh"
-#endif
 #include "kernels/hopper/flash_fwd_hopper_launch.cuh"
 #include "kernels/hopper/flash_hopper.h"
 #include "probe_timing.h"
@@ -325,6 +322,16 @@ void free_bwd(BwdBuffers& bb) {
   for (void* x : {bb.q, bb.k, bb.v, bb.o, bb.dout, bb.dq, bb.dk, bb.dv}) CHECK(cudaFree(x));
   for (float* x : {bb.lse, bb.dsum, bb.dq_accum}) CHECK(cudaFree(x));
 }
+// q, k, v and dout filled with standard-normal values in the case's dtype.
+void fill_bwd_inputs(const Case& c, const Layout& L, const BwdBuffers& bb, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> h(L.elems);
+  for (void* x : {bb.q, bb.k, bb.v, bb.dout}) {
+    for (auto& e : h) e = to_bits(dist(rng), c.bf16);
+    CHECK(cudaMemcpy(x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
+  }
+}
+
 lk::FlashParams make_bwd_params(const Case& c, const Layout& L, const BwdBuffers& bb) {
   auto p = make_params(c, L, bb.q, bb.k, bb.v, bb.o, bb.lse);
   p.dout = bb.dout, p.dq = bb.dq, p.dk = bb.dk, p.dv = bb.dv, p.dsum = bb.dsum, p.dq_accum = bb.dq_accum;
@@ -417,26 +424,11 @@ BwdVariant bwd_variant(const char* name) {
             });
           }};
 }
-#ifdef LMSCALE_PROBE_V4
-template <int D, int kPipelined, int kBlockM>
-BwdVariant bwd_variant_v4(const char* name) {
-  return {name, [](const lk::FlashParams& p) {
-            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper_v4::launch_bwd<lk::hopper_v4::BwdConfig<__nv_bfloat16, D, kPipelined, kBlockM>>(pp, st);
-            });
-          }};
-}
-#endif
 std::vector<BwdVariant> bwd_variants(int d) {
   // The shipped tile (BwdShipped) is the probe's main row, run through the library: instantiating the same
   // kernel here too would register it from two fat binaries.
   std::vector<BwdVariant> v;
   if (d == 64) v = {bwd_variant<64, 64>("m64")};
-#ifdef LMSCALE_PROBE_V4
-  if (d == 64) v.push_back(bwd_variant_v4<64, -1, 64>("v4"));
-  if (d == 80) v.push_back(bwd_variant_v4<80, -1, 64>("v4"));
-  if (d == 128) v.push_back(bwd_variant_v4<128, -1, 64>("v4"));
-#endif
   return v;
 }
 
@@ -561,18 +553,13 @@ int check_bwd(bool small, int only_d) {
 int check_bwd_repeatable() {
   int failures = 0;
   std::mt19937 rng(99);
-  std::normal_distribution<float> dist(0.f, 1.f);
   for (int d : {64, 80, 128})
     for (bool causal : {false, true})
       for (int s : {1000, 4099}) {
         const Case c{2, 3, s, d, causal, true, false, d};
         const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
         BwdBuffers bb = alloc_bwd(c, L);
-        std::vector<uint16_t> h(L.elems);
-        for (void* x : {bb.q, bb.k, bb.v, bb.dout}) {
-          for (auto& e : h) e = to_bits(dist(rng), c.bf16);
-          CHECK(cudaMemcpy(x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
-        }
+        fill_bwd_inputs(c, L, bb, rng);
         const auto p = make_bwd_params(c, L, bb);
         lk::hopper::run_fwd(p, nullptr);
         int differing[2] = {0, 0};
@@ -617,12 +604,7 @@ int time_bwd(const Case& c, int iters) {
   const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
   BwdBuffers bb = alloc_bwd(c, L);
   std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<uint16_t> h(L.elems);
-  for (void* x : {bb.q, bb.k, bb.v, bb.dout}) {
-    for (auto& e : h) e = to_bits(dist(rng), c.bf16);
-    CHECK(cudaMemcpy(x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
-  }
+  fill_bwd_inputs(c, L, bb, rng);
   const auto p = make_bwd_params(c, L, bb);
   lk::hopper::run_fwd(p, nullptr);
   const double fwd_flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);

@@ -15,16 +15,8 @@ export PYTHONUNBUFFERED=1
 RES=$OUT/attention_check
 mkdir -p "$RES"
 BIN=$LMSCALE_BUILD_DIR/lmscale
-pack() { tar czf "$OUT/attention_check.tgz" -C "$RES" . 2>/dev/null; }
-stage() {  # stage NAME SECONDS CMD... : run inside RES with a time limit, log, record status and time
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  (cd "$RES" && timeout -k 5 "$limit" "$@") >"$RES/$name.log" 2>&1
-  local rc=$?
-  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
-  pack
-  return $rc
-}
+PACK=$OUT/attention_check.tgz
+source "$(dirname "$0")/stages.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 echo "commit ${LMSCALE_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)}" >>"$RES/nvidia-smi.txt"
 stage build "${BUILD_S:-420}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
