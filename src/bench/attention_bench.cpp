@@ -16,14 +16,14 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "model/attention.h"
 #include "ops/flash_attention.h"
+#include "results/table.h"
+#include "results/writer.h"
 #ifdef LMSCALE_HAS_KERNELS
 #endif
 

@@ -21,17 +21,17 @@
 #include <cmath>
 #include <iostream>
 
-#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
 #include "distributed/zero2.h"
+#include "results/table.h"
+#include "results/writer.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 
@@ -226,7 +226,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     if (c && c->impl != "single") config[field::comm_dtype] = c->comm_dtype;
     if (n_buckets >= 0) config[field::n_buckets] = n_buckets;
     config.update(extra);
-    records.push_back(metric_record("ddp", impl, config, metric, value, unit));
+    records.push_back(Record("ddp", impl).update(config).metric(metric, value, unit));
   };
 
   std::vector<std::pair<int, double>> losses;

@@ -6,6 +6,8 @@
 
 #include "core/device.h"
 #include "core/sweep_progress.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 

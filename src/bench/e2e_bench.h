@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "train/training_step.h"
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
+#include "results/record.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 

@@ -8,6 +8,8 @@
 #include "bench/e2e_tables.h"
 #include "bench/e2e_torch_baseline.h"
 #include "core/sweep_progress.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {

@@ -5,6 +5,7 @@
 
 #include "bench/e2e_torch_baseline.h"
 #include "core/device.h"
+#include "results/table.h"
 
 namespace lmscale {
 namespace {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/e2e_grid.h"
+#include "results/table.h"
 
 namespace lmscale {
 

@@ -10,6 +10,7 @@
 
 #include "core/device.h"
 #include "core/python_module.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {

@@ -8,17 +8,17 @@
 
 #include <iostream>
 
-#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/zero.h"
 #include "distributed/zero2.h"
+#include "results/table.h"
+#include "results/writer.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 namespace {

@@ -6,7 +6,7 @@
 #include "cli/registry.h"
 #include "cli/usage.h"
 #include "core/error.h"
-#include "core/results.h"
+#include "results/record.h"
 
 namespace lmscale::cli {
 std::vector<Subcommand>& registry() {

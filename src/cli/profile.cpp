@@ -6,9 +6,9 @@
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
-#include "core/results.h"
 #include "profile/profile_report.h"
 #include "profile/profile_run.h"
+#include "results/record.h"
 
 namespace {
 

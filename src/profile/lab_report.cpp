@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "core/device.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "profile/lab_precision.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {

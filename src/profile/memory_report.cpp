@@ -6,11 +6,11 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/status.h"
 #include "core/sweep_progress.h"
 #include "profile/memory_run.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {

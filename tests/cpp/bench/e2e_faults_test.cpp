@@ -11,7 +11,7 @@
 #include <fstream>
 #include <map>
 
-#include "core/results.h"
+#include "results/reader.h"
 #include "support/run_cli.h"
 
 namespace lmscale {

@@ -1,5 +1,7 @@
-// Records → one markdown table; see record_table.h.
-#include "core/record_table.h"
+// Markdown tables, and records → one markdown table; see table.h.
+#include "results/table.h"
+
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +9,58 @@
 #include <map>
 #include <set>
 
-#include "core/record.h"
-
 namespace lmscale {
+namespace {
+// Display width of a UTF-8 string (counts code points, so "±" and "×" are one column).
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+}  // namespace
+
+void MarkdownTable::add_row(std::vector<std::string> cells) {
+  TORCH_INTERNAL_ASSERT(cells.size() == headers_.size(), "row has ", cells.size(), " cells, table has ",
+                        headers_.size(), " columns");
+  rows_.push_back(std::move(cells));
+}
+
+std::string MarkdownTable::render() const {
+  std::vector<size_t> w(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    w[c] = std::max<size_t>(3, display_width(headers_[c]));
+    for (const auto& r : rows_) w[c] = std::max(w[c], display_width(r[c]));
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s = "|";
+    for (size_t c = 0; c < cells.size(); ++c) s += " " + cells[c] + std::string(w[c] - display_width(cells[c]), ' ') + " |";
+    return s + "\n";
+  };
+  std::string out = line(headers_);
+  out += "|";
+  for (size_t c = 0; c < headers_.size(); ++c) out += std::string(w[c] + 2, '-') + "|";
+  out += "\n";
+  for (const auto& r : rows_) out += line(r);
+  return out;
+}
+
+std::string fmt(double v, int decimals) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string fmt_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt(b, u == 0 ? 0 : 2) + " " + units[u];
+}
+
 namespace {
 
 // Fields that belong to one metric of a cell, not to the cell: they never make a new row.

@@ -8,9 +8,8 @@
 #include <sstream>
 
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/record_table.h"
-#include "core/results.h"
+#include "results/reader.h"
+#include "results/table.h"
 #include "support/run_cli.h"
 
 namespace lmscale {

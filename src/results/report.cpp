@@ -1,5 +1,5 @@
-// Merging result folders into one; see record_report.h.
-#include "core/record_report.h"
+// Merging result folders into one; see report.h.
+#include "results/report.h"
 
 #include <c10/util/Exception.h>
 
@@ -12,9 +12,10 @@
 #include <sstream>
 
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/record_table.h"
-#include "core/record_views.h"
+#include "results/reader.h"
+#include "results/table.h"
+#include "results/views.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace fs = std::filesystem;

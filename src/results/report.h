@@ -1,12 +1,12 @@
 // `lmscale report`'s work: merge the records of result folders into one folder, rebuild every
 // table from the merged records (never copied from a run): one per .jsonl, plus the named tables of
-// tables.json (record_views.h); draw the plots (`python -m lmscale.plots report`) and write an index
+// tables.json (results/views.h); draw the plots (`python -m lmscale.plots report`) and write an index
 // linking every table, plot and file, with the pages no record stands behind marked as such.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "core/results.h"
+#include "results/record.h"
 
 namespace lmscale {
 

@@ -1,15 +1,30 @@
-// One results schema (docs/results/SCHEMA.md): the field names, written once here, and `Record`,
-// the builder every benchmark writes through. A Record holds the fields one measured cell shares
-// (provenance, config, status); metric() turns it into the JSON Lines record of one metric.
-// normalize_record() is the reader's side: records of older schema versions in today's names.
+// One results schema (docs/results/SCHEMA.md): the field names, written once here, the run's
+// provenance, and `Record`, the one way to build a record. A Record holds the fields one measured
+// cell shares (provenance, config, status); metric() turns it into the JSON Lines record of one
+// metric. Writing is results/writer.h, reading results/reader.h, tables results/table.h.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <string>
 
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
 
 namespace lmscale {
+
+using Json = nlohmann::json;
+
+// Provenance shared by every record of one CLI invocation. set_run_command() is called once by the
+// CLI's main; library users who never call it get command "" and the detected commit/date.
+struct RunInfo {
+  std::string command;  // the exact command line, as typed
+  std::string date;     // UTC, ISO 8601, taken once per invocation
+  std::string commit;   // $LMSCALE_COMMIT, else `git rev-parse --short HEAD` of the source tree
+  std::string gpu;      // device name, filled by the benchmark that picks the device
+};
+const RunInfo& run_info();
+void set_run_command(int argc, char** argv);
+void set_run_gpu(const std::string& gpu);
 
 // Version of the records this code writes. Version 1 had no `schema` field (see SCHEMA.md).
 inline constexpr int kSchemaVersion = 2;
@@ -108,13 +123,5 @@ class Record {
  private:
   Json json_;
 };
-
-// A record of bench/impl with config's fields and one metric (the distributed benchmarks, account).
-Json metric_record(const std::string& bench, const std::string& impl, const Json& config,
-                   const std::string& metric, double value, const std::string& unit);
-
-// A record in today's schema: version-1 names (dtype, seq, OOM, message, …; SCHEMA.md lists them)
-// mapped to today's. A record of a newer schema than kSchemaVersion is returned unchanged.
-Json normalize_record(Json record);
 
 }  // namespace lmscale
