@@ -328,6 +328,7 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
 }  // namespace
 
 void run_attention_bench(const AttentionBenchOptions& opts) {
+  check_output_folder(opts.out);  // before the first measurement, not after it
   const auto device = resolve_device(opts.device);
   set_run_gpu(device_name(device));
   for (const auto& impl : opts.impls)

@@ -64,6 +64,7 @@ double bus_bandwidth_factor(const std::string& op, int n) {
 }
 
 std::string run_comm_bench(const CommBenchOptions& o) {
+  check_output_folder(o.out);  // before the first measurement, not after it
   for (const auto& op : o.ops) bus_bandwidth_factor(op, 2);  // validate names before any rendezvous
   TORCH_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup ", o.warmup, " / --iters ", o.iters,
               " must be >= 0 / >= 1.");

@@ -9,6 +9,7 @@
 namespace lmscale::distributed {
 
 std::string write_accounting_report(const AccountingInputs& in, const std::string& out) {
+  lmscale::check_output_folder(out);
   using lmscale::fmt;
   using lmscale::fmt_bytes;
   const auto r = lmscale::distributed::account(in);

@@ -128,6 +128,7 @@ std::string snapshot_section(const MemoryReportOptions& a, c10::Device dev, cons
 }  // namespace
 
 void run_memory_report(const MemoryReportOptions& a) {
+  check_output_folder(a.out);  // before the first measurement, not after it
   const c10::Device dev = resolve_device(a.device);
   set_run_gpu(device_name(dev));
   std::vector<Json> records;

@@ -34,7 +34,8 @@ std::vector<Json> read_jsonl(const std::string& path) {
   return out;
 }
 
-std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::ostream* warnings) {
+std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::ostream* warnings,
+                               std::vector<DamagedLine>* damaged) {
   std::ostream& warn = warnings ? *warnings : std::cerr;
   ReadStats local;
   std::vector<Json> out;
@@ -48,8 +49,8 @@ std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::o
     else if (!j.contains("bench") || !j.contains("metric"))
       why = "a JSON object without bench and metric";
     if (!why.empty()) {
-      warn << "warning: " << path << ":" << n << ": " << why << "; line skipped\n";
-      ++local.skipped;
+      if (++local.skipped <= kWarningsPerFile) warn << "warning: " << path << ":" << n << ": " << why << "; line skipped\n";
+      if (damaged) damaged->push_back({n, line});
       return;
     }
     if (j.contains("schema") && j["schema"].is_number_integer() && j["schema"].get<int64_t>() > kSchemaVersion)
@@ -57,6 +58,10 @@ std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::o
     out.push_back(normalize_record(std::move(j)));
   });
   local.records = out.size();
+  if (local.skipped > kWarningsPerFile)
+    warn << "warning: " << path << ": " << local.skipped - kWarningsPerFile << " more damaged lines not listed ("
+         << local.skipped << " in all" << (out.empty() ? ", and no record: is it a .jsonl of lmscale records?" : "")
+         << ")\n";
   if (stats) {
     stats->records += local.records;
     stats->skipped += local.skipped;

@@ -1,10 +1,15 @@
 // The run's provenance and the record builder; see record.h and docs/results/SCHEMA.md.
 #include "results/record.h"
 
+#include <ATen/Parallel.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <random>
 
+#include "core/fault_injection.h"
 #include "core/process.h"
 
 namespace lmscale {
@@ -33,10 +38,26 @@ std::string detect_commit() {
   return "unknown";
 }
 
+// 64 random bits as 16 hex digits: unique per invocation where a date (one per second) is not.
+std::string new_run_id() {
+  std::random_device entropy;
+  const uint64_t id = (uint64_t{entropy()} << 32) ^ entropy();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+// The 1-minute load average (runnable processes), or -1 where the system does not say.
+double load_average() {
+  double load[1];
+  return getloadavg(load, 1) == 1 ? load[0] : -1.0;
+}
+
 RunInfo& mutable_run_info() {
   static RunInfo info = [] {
     RunInfo r;
     r.date = utc_now();
+    r.run = new_run_id();
     r.commit = detect_commit();
     r.gpu = "cpu";
     return r;
@@ -51,7 +72,8 @@ const RunInfo& run_info() { return mutable_run_info(); }
 void set_run_command(int argc, char** argv) {
   std::vector<std::string> args{"lmscale"};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  mutable_run_info().command = display_command(args);
+  // Injected faults are part of the command: a run that injected them reads (and re-runs) as such.
+  mutable_run_info().command = fault_injection_prefix() + display_command(args);
 }
 
 void set_run_gpu(const std::string& gpu) { mutable_run_info().gpu = gpu; }
@@ -60,7 +82,9 @@ Record::Record(const std::string& bench, const std::string& impl) {
   const RunInfo& r = run_info();
   json_ = Json{{field::schema, kSchemaVersion}, {field::bench, bench},   {field::impl, impl},
                {field::status, to_string(Status::ok)}, {field::gpu, r.gpu}, {field::commit, r.commit},
-               {field::date, r.date},                {field::command, r.command}};
+               {field::date, r.date},                {field::command, r.command},
+               {field::run, r.run},                  {field::cpu_threads, at::get_num_threads()},
+               {field::load, load_average()}};
 }
 
 Record& Record::set(const std::string& key, Json value) {

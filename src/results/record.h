@@ -21,6 +21,8 @@ struct RunInfo {
   std::string date;     // UTC, ISO 8601, taken once per invocation
   std::string commit;   // $LMSCALE_COMMIT, else `git rev-parse --short HEAD` of the source tree
   std::string gpu;      // device name, filled by the benchmark that picks the device
+  std::string run;      // unique per invocation (random, not a timestamp): two runs started in the same
+                        // second, or writing to one folder at once, stay apart
 };
 const RunInfo& run_info();
 void set_run_command(int argc, char** argv);
@@ -44,6 +46,11 @@ inline constexpr char gpu[] = "gpu";
 inline constexpr char commit[] = "commit";
 inline constexpr char date[] = "date";
 inline constexpr char command[] = "command";
+inline constexpr char run[] = "run";                        // this invocation's id, unique (not a timestamp)
+inline constexpr char cpu_threads[] = "cpu_threads";        // intra-op threads the run used
+inline constexpr char load[] = "load";                      // the machine's 1-minute load average when recorded
+inline constexpr char injected_fault[] = "injected_fault";  // the fault injected on purpose (LMSCALE_INJECT_FAULT)
+inline constexpr char consistency_checks[] = "consistency_checks";  // bench ddp/zero: cross-rank checks passed
 // Statistics of a timed metric (same unit as value, which is the mean).
 inline constexpr char std_dev[] = "std";
 inline constexpr char median[] = "median";
@@ -98,7 +105,8 @@ inline constexpr char kStatusMetric[] = "status";
 
 class Record {
  public:
-  // bench, impl, schema, status ok and the run's provenance (gpu, commit, date, command).
+  // bench, impl, schema, status ok, the run's provenance (gpu, commit, date, command, run) and the
+  // CPU it ran on now (cpu_threads, load: what explains a noisy number).
   Record(const std::string& bench, const std::string& impl);
 
   // Sets one field (a name from lmscale::field, or a bench-specific extra).

@@ -2,6 +2,7 @@
 #include "results/writer.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/error.h"
+#include "core/interrupt.h"
+
 namespace lmscale {
+namespace fs = std::filesystem;
 namespace {
 
 WriteHook& write_hook() {
@@ -85,24 +90,25 @@ void append_jsonl(const std::string& path, const std::vector<Json>& records) {
            " records not written, the first " + first.value("bench", "?") + " " + first.value("impl", "?") + " " +
            first.value("metric", "?");
   };
+  // The records of one call (one measured cell) leave in one write(): a run cut at any moment leaves
+  // the whole cell or none of it, never some of its metrics.
+  std::string text;
+  for (const auto& r : records) text += r.dump() + "\n";
   make_parent(path);
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail_write(path, errno, lost(0));
-  for (size_t i = 0; i < records.size(); ++i) {
-    const std::string line = records[i].dump() + "\n";
-    size_t written = 0;
-    if (const int err = write_whole(fd, line, &written)) {
-      if (written > 0) {
-        // Cut the partial line off, unless another writer appended after it (then it stays whole
-        // lines followed by our fragment; the readers skip a bad line with a warning).
-        struct stat st {};
-        const off_t end = ::lseek(fd, 0, SEEK_CUR);
-        if (end >= 0 && ::fstat(fd, &st) == 0 && st.st_size == end)
-          (void)!::ftruncate(fd, end - static_cast<off_t>(written));
-      }
-      ::close(fd);
-      fail_write(path, err, lost(i));
+  size_t written = 0;
+  if (const int err = write_whole(fd, text, &written)) {
+    if (written > 0) {
+      // Cut the partial cell off, unless another writer appended after it (then it stays whole
+      // lines followed by our fragment; the readers skip a bad line with a warning).
+      struct stat st {};
+      const off_t end = ::lseek(fd, 0, SEEK_CUR);
+      if (end >= 0 && ::fstat(fd, &st) == 0 && st.st_size == end)
+        (void)!::ftruncate(fd, end - static_cast<off_t>(written));
     }
+    ::close(fd);
+    fail_write(path, err, lost(0));
   }
   if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
     const int err = errno;
@@ -110,6 +116,38 @@ void append_jsonl(const std::string& path, const std::vector<Json>& records) {
     fail_write(path, err, "the records may not have reached the disk");
   }
   if (::close(fd) != 0) fail_write(path, errno, "the records may not have reached the disk");
+}
+
+void check_output_folder(const std::string& out, const std::string& flag) {
+  const std::string fix = "pass a folder you can write, e.g. " + flag + " results";
+  if (out.empty() || out.find_first_not_of(" \t") == std::string::npos)
+    throw UsageError(flag + " '" + out + "' is empty (the files would land in the filesystem's root): " + fix);
+  std::error_code ec;
+  const fs::path p(out);
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+    throw UsageError(flag + " " + out + " is a file, not a folder: " + fix);
+  // The folder is made now (as the first record would), and a file is created and removed in it:
+  // a folder that cannot be written is refused before the first measurement, not after it.
+  fs::create_directories(p, ec);
+  if (ec) throw UsageError(flag + " " + out + ": cannot create the folder (" + ec.message() + "): " + fix);
+  std::string probe = (p / ".lmscale-write-check-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw UsageError(flag + " " + out + " cannot be written (" + std::strerror(errno) + "): " + fix);
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+FolderLock::FolderLock(const std::string& folder, const std::string& name) {
+  make_parent((fs::path(folder) / name).string());
+  const std::string path = (fs::path(folder) / ("." + name + ".lock")).string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail_write(path, errno, "the lock that keeps concurrent runs' tables whole was not taken");
+  while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 std::string write_text(const std::string& path, const std::string& text) {
@@ -121,6 +159,7 @@ std::string write_text(const std::string& path, const std::string& text) {
   const int fd = ::mkstemp(tmp.data());
   const std::string lost = "its previous content is unchanged";
   if (fd < 0) fail_write(path, errno, lost);
+  const TempFileGuard removed_if_stopped(tmp);  // a SIGTERM between here and the rename leaves no temp file
   ::fchmod(fd, 0644);
   size_t written = 0;
   int err = write_whole(fd, text, &written);

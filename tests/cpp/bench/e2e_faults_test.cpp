@@ -100,6 +100,20 @@ TEST(SweepFaults, CaptureAndKernelErrorsAreRecordedAndTheSweepGoesOn) {
   EXPECT_TRUE(c["lmscale/32"].measured);  // the config after them still ran
 }
 
+// Issue 29, rows 5 and 6: an injected fault is recorded as injected (the record's injected_fault, and
+// the variable in its command), and the status comes from the fault, not from words in a message.
+TEST(SweepFaults, InjectedFaultsAreRecordedAsInjected) {
+  const std::string dir = temp_dir("injected");
+  auto r = run_cli(std::string(kTiny) + "--context 16,24 --out " + dir, "LMSCALE_INJECT_OOM=tiny:16");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& j : read_jsonl(dir + "/e2e.jsonl")) {
+    const bool injected = j["context"] == 16;
+    EXPECT_EQ(j.value("injected_fault", ""), injected ? "oom" : "") << j.dump();
+    EXPECT_EQ(j["command"].get<std::string>().rfind("LMSCALE_INJECT_OOM=tiny:16 lmscale bench", 0), 0u) << j.dump();
+    EXPECT_EQ(j["status"], injected ? "oom" : "ok") << j.dump();
+  }
+}
+
 TEST(SweepFaults, OutOfMemoryAloneExitsZero) {
   const std::string dir = temp_dir("oom-only");
   auto r = run_cli(std::string(kTiny) + "--context 16,32 --out " + dir, "LMSCALE_INJECT_FAULT=oom@tiny:16");

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/process.h"
 #include "results/writer.h"
 #include "support/run_cli.h"
@@ -51,20 +52,21 @@ TEST(ResultsWriter, AppendsWholeLines) {
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << l;
 }
 
-TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
+TEST(ResultsWriter, DiskFullLeavesWholeCellsAndSaysWhatWasLost) {
   WriteHookGuard guard;
   const std::string path = temp_dir("full") + "/e2e.jsonl";
   append_jsonl(path, some_records(2));
-  // The disk takes two more lines, then half of the third, then nothing.
+  // The disk takes one more cell, then half of the next one, then nothing.
   int calls = 0;
   set_write_hook([&](int fd, const void* data, size_t size) -> long {
     ++calls;
-    if (calls <= 2) return ::write(fd, data, size);
-    if (calls == 3) return ::write(fd, data, size / 2);
+    if (calls == 1) return ::write(fd, data, size);
+    if (calls == 2) return ::write(fd, data, size / 2);
     errno = ENOSPC;
     return -1;
   });
   const int failures = result_write_failures();
+  append_jsonl(path, some_records(3));
   try {
     append_jsonl(path, some_records(5));
     FAIL() << "a full disk must not pass silently";
@@ -72,14 +74,52 @@ TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
     EXPECT_NE(msg.find("ENOSPC"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("3 of 5 records not written"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("5 of 5 records not written"), std::string::npos) << msg;
   }
   EXPECT_EQ(result_write_failures(), failures + 1);
   set_write_hook({});
   const auto lines = lines_of(path);
-  EXPECT_EQ(lines.size(), 4u);  // 2 + 2 whole lines; the half line was cut off
+  EXPECT_EQ(lines.size(), 5u);  // 2 + 3 whole lines; the half cell was cut off whole
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << "a partial line was left: " << l;
   EXPECT_EQ(read_text(path).back(), '\n');
+}
+
+// Issue 29, row 12: the records of one call (one cell) leave in one write(), so a run cut at any
+// moment keeps the whole cell or none of it.
+TEST(ResultsWriter, OneCellIsOneWrite) {
+  WriteHookGuard guard;
+  const std::string path = temp_dir("one-write") + "/e2e.jsonl";
+  int calls = 0;
+  set_write_hook([&](int fd, const void* data, size_t size) -> long {
+    ++calls;
+    return ::write(fd, data, size);
+  });
+  append_jsonl(path, some_records(9));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(lines_of(path).size(), 9u);
+}
+
+// Issue 29, rows 2 and 16: an output folder that cannot hold results is refused before anything is
+// measured, naming the flag and the fix.
+TEST(ResultsWriter, OutputFolderIsCheckedFirst) {
+  const std::string dir = temp_dir("outcheck");
+  auto message = [](const std::string& out) -> std::string {
+    try {
+      check_output_folder(out, "--out");
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message("").find("--out '' is empty"), std::string::npos) << message("");
+  EXPECT_NE(message("  ").find("is empty"), std::string::npos);
+  std::ofstream(dir + "/a-file") << "x";
+  EXPECT_NE(message(dir + "/a-file").find("is a file, not a folder"), std::string::npos) << message(dir + "/a-file");
+  // A folder below a file cannot be made, whoever runs the test (root included).
+  EXPECT_NE(message(dir + "/a-file/sub").find("cannot create the folder"), std::string::npos) << message(dir + "/a-file/sub");
+  EXPECT_EQ(message(dir + "/new/results"), "");
+  const auto ls = run_process({"ls", "-A", dir + "/new/results"}, ProcessOptions{true});
+  EXPECT_EQ(ls.output, "") << "the write check left a file behind";
 }
 
 TEST(ResultsWriter, IoErrorIsNamed) {
