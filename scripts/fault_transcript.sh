@@ -78,7 +78,9 @@ run_env() {
   shift
   echo '```'
   { printf '$ %s' "$vars"; printf ' %q' "$@"; echo; } | hide_paths
-  env $vars "$@" >"$T/last.out" 2>&1
+  local cmd=("$@")
+  [[ ${cmd[0]} == lmscale ]] && cmd[0]=$BIN
+  env $vars "${cmd[@]}" >"$T/last.out" 2>&1
   RC=$?
   hide_paths <"$T/last.out"
   echo "[exit status $RC]"
@@ -636,5 +638,5 @@ for id in "${ORDER[@]}"; do
 done
 echo
 cat "$BODY"
-[[ -n $OUT_FILE ]] && grep -E '^\| (self|[0-9]+)\.' "$OUT_FILE" >&3
+[[ -n $OUT_FILE ]] && awk '/^\|---/ {t = 1; next} t && !/^\|/ {exit} t' "$OUT_FILE" >&3
 exit $failed
