@@ -16,14 +16,14 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "model/attention.h"
 #include "ops/flash_attention.h"
+#include "results/table.h"
+#include "results/writer.h"
 #ifdef LMSCALE_HAS_KERNELS
 #endif
 
@@ -328,6 +328,7 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
 }  // namespace
 
 void run_attention_bench(const AttentionBenchOptions& opts) {
+  check_output_folder(opts.out);  // before the first measurement, not after it
   const auto device = resolve_device(opts.device);
   set_run_gpu(device_name(device));
   for (const auto& impl : opts.impls)

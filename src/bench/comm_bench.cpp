@@ -16,11 +16,11 @@
 #include <iostream>
 
 #include "core/device.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/sweep_progress.h"
 #include "distributed/fault.h"
 #include "distributed/process_group.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
@@ -64,6 +64,7 @@ double bus_bandwidth_factor(const std::string& op, int n) {
 }
 
 std::string run_comm_bench(const CommBenchOptions& o) {
+  check_output_folder(o.out);  // before the first measurement, not after it
   for (const auto& op : o.ops) bus_bandwidth_factor(op, 2);  // validate names before any rendezvous
   TORCH_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup ", o.warmup, " / --iters ", o.iters,
               " must be >= 0 / >= 1.");
@@ -119,9 +120,9 @@ std::string run_comm_bench(const CommBenchOptions& o) {
                           {field::iters, n},
                           {field::device, g.device.is_cuda() ? device_name(g.device) : "cpu"}};
         const std::string impl = "lmscale-c10d-" + backend;
-        records.push_back(metric_record("comm", impl, config, "time_ms", t * 1e3, "ms"));
-        records.push_back(metric_record("comm", impl, config, "algbw", algbw, "GB/s"));
-        records.push_back(metric_record("comm", impl, config, "busbw", busbw, "GB/s"));
+        records.push_back(Record("comm", impl).update(config).metric("time_ms", t * 1e3, "ms"));
+        records.push_back(Record("comm", impl).update(config).metric("algbw", algbw, "GB/s"));
+        records.push_back(Record("comm", impl).update(config).metric("busbw", busbw, "GB/s"));
       }
     }
   }

@@ -21,17 +21,17 @@
 #include <cmath>
 #include <iostream>
 
-#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
 #include "distributed/zero2.h"
+#include "results/table.h"
+#include "results/writer.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 
@@ -45,6 +45,7 @@ using distributed::Group;
 
 struct Timing {
   double step_ms = 0, fwd_bwd_ms = 0, exposed_ms = 0, optimizer_ms = 0, backward_ms = 0, peak_bytes = 0;
+  int consistency_checks = 0;  // cross-rank parameter checks passed (--check-consistency)
 };
 
 // One data-parallel design as the timing loop sees it: what runs after backward (the wait for
@@ -90,8 +91,8 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
   StepClock clock(dev);
   std::vector<double> sums(5, 0.0);
   std::vector<std::pair<std::string, at::Tensor>> named;
-  if (check_every > 0)
-    for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
+  for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
+  int checks = 0;
   for (int i = 0; i < warmup + steps + (profile_last ? 1 : 0); ++i) {
     const bool profiling = profile_last && i == warmup + steps;
     namespace prof = torch::autograd::profiler;
@@ -120,7 +121,11 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
     design.zero_grad(ts);
     clock.synchronize();
     if (profiling && !trace_path.empty()) prof::disableProfiler()->save(trace_path);
-    if (check_every > 0 && (i + 1) % check_every == 0) distributed::check_parameter_consistency(g, named, i + 1);
+    distributed::inject_divergence(g, named, i + 1, ts.setup().model.name, ts.setup().context);
+    if (check_every > 0 && (i + 1) % check_every == 0) {
+      distributed::check_parameter_consistency(g, named, i + 1);
+      ++checks;
+    }
     if (loss_every > 0 && (i % loss_every == 0 || i + 1 == warmup + steps))
       losses->emplace_back(i, mean_over_ranks(g, loss.detach().to(at::kDouble).cpu().item<double>()));
     if (i < warmup || profiling) continue;
@@ -133,7 +138,7 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
   for (auto& s : sums) s /= steps;
   sums.push_back(double(memory_stats(dev).peak_allocated));
   auto m = distributed::max_over_ranks(g, sums);
-  return {m[0], m[1], m[2], m[3], m[4], m[5]};
+  return {m[0], m[1], m[2], m[3], m[4], m[5], checks};
 }
 
 // Seconds per all-reduce of `bytes` on the group (mean of several, slowest rank).
@@ -169,6 +174,7 @@ struct Config {
 }  // namespace
 
 std::string run_ddp_bench(const DdpBenchOptions& o) {
+  check_output_folder(o.out);  // before the first measurement, not after it
   TORCH_CHECK(o.steps >= 1 && o.warmup >= 0, "--steps ", o.steps, " / --warmup ", o.warmup, " must be >= 1 / >= 0.");
   TORCH_CHECK(o.check_consistency >= 0, "--check-consistency ", o.check_consistency, " must be >= 0 (0: off).");
   for (const auto& d : o.comm_dtypes) distributed::parse_comm_dtype(d);  // validates
@@ -215,6 +221,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   MarkdownTable table({"precision", "impl", "buckets", "step (ms)", "fwd+bwd (ms)", "exposed comm (ms)",
                        "comm share", "vs single", "bwd slowdown", "sent/step", "peak mem", "model overhead (ms)"});
   std::vector<Json> records;
+  Json cell_extra = Json::object();  // fields of the cell being recorded (the consistency checks it passed)
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
                     const char* metric, double value, const char* unit, const Json& extra = Json::object()) {
     Json config{{field::size, o.size},       {field::precision, prec},     {field::batch, o.batch},
@@ -225,8 +232,9 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     if (c && c->bucketed() && o.first_bucket_mb >= 0) config[field::first_bucket_mb] = o.first_bucket_mb;
     if (c && c->impl != "single") config[field::comm_dtype] = c->comm_dtype;
     if (n_buckets >= 0) config[field::n_buckets] = n_buckets;
+    config.update(cell_extra);
     config.update(extra);
-    records.push_back(metric_record("ddp", impl, config, metric, value, unit));
+    records.push_back(Record("ddp", impl).update(config).metric(metric, value, unit));
   };
 
   std::vector<std::pair<int, double>> losses;
@@ -307,6 +315,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
         continue;
       }
       const std::string impl = "lmscale-" + c.impl;
+      cell_extra = o.check_consistency > 0 ? Json{{field::consistency_checks, t.consistency_checks}} : Json::object();
       if (c.impl == "single") {
         single_ms = t.step_ms;
         single_bwd_ms = t.backward_ms;

@@ -6,6 +6,8 @@
 
 #include "core/device.h"
 #include "core/sweep_progress.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 
@@ -40,6 +42,7 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
 }
 
 std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string& out_dir) {
+  check_output_folder(out_dir);  // before the first measurement, not after it
   MarkdownTable table({"size", "context", "precision", "change", "step ms", "vs row above", "MFU", "peak memory",
                        "note"});
   std::vector<Json> records;

@@ -7,35 +7,45 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "train/cuda_graph_step.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fault_injection.h"
-#include "core/record.h"
+#include "results/record.h"
+#include "train/cuda_graph_step.h"
 
 namespace lmscale {
 namespace {
 
 // Fails this config the way the real fault would, for tests of the paths that record it: the first
 // fault LMSCALE_INJECT_OOM / LMSCALE_INJECT_FAULT (see e2e_bench.h) asks for it, other than
-// capture-sync (which the CUDA-graph capture itself acts on).
-void maybe_inject_fault(const E2EConfig& c) {
+// capture-sync (which the CUDA-graph capture itself acts on) and diverge (bench ddp/zero). Whatever
+// acts on the cell is named in r.injected, so its record says the failure was made on purpose.
+void maybe_inject_fault(const E2EConfig& c, E2EResult& r) {
   for (const InjectedFault fault : injected_faults(c.setup.model.name, c.setup.context)) {
-    if (fault == InjectedFault::capture_sync) continue;
+    if (fault == InjectedFault::diverge) continue;
+    if (fault == InjectedFault::capture_sync) {
+      if (c.cuda_graph && c.setup.device.is_cuda()) r.injected = to_string(fault);
+      continue;
+    }
+    r.injected = to_string(fault);
     if (fault == InjectedFault::oom)  // an allocation no device can hold: its own allocator raises its own error
       (void)torch::empty({int64_t{1} << 60}, torch::TensorOptions().dtype(torch::kUInt8).device(c.setup.device));
-    TORCH_CHECK(fault != InjectedFault::capture,
-                "CUDA error: operation not permitted when stream is capturing (injected: LMSCALE_INJECT_FAULT)");
-    TORCH_CHECK(fault != InjectedFault::error, "CUDA error: unspecified launch failure (injected: LMSCALE_INJECT_FAULT)");
-    return;
+    if (fault == InjectedFault::capture)
+      throw InjectedFaultError(fault, "CUDA error: operation not permitted when stream is capturing (injected: "
+                                      "LMSCALE_INJECT_FAULT=capture@" + c.setup.model.name + ")");
+    throw InjectedFaultError(fault, "CUDA error: unspecified launch failure (injected: LMSCALE_INJECT_FAULT=error@" +
+                                        c.setup.model.name + ")");
   }
 }
 
-// A CUDA-graph capture that failed and reached the sweep (the graphed step falls back to eager where
-// it can): CUDA says "operation not permitted when stream is capturing", or names the capture.
-bool is_capture_failure(const std::exception& e) {
-  const std::string m = e.what();
-  return m.find("capturing") != std::string::npos || m.find("capture") != std::string::npos;
+// A cell's status from the cause of its failure, never from words in the message: a fault injected
+// on purpose says what it stands for; running out of memory is known by the error's type (or the CPU
+// allocator's origin, core/error.h); anything else is an error. (A real CUDA-graph capture failure
+// does not reach here: try_capture falls back to the eager step and leaves a note.)
+Status status_of_failure(const std::exception& e) {
+  if (const auto* injected = dynamic_cast<const InjectedFaultError*>(&e))
+    return injected->fault() == InjectedFault::capture ? Status::capture_failed : Status::error;
+  return is_out_of_memory(e) ? Status::oom : Status::error;
 }
 
 // The first line of an error: a cell's reason is one line.
@@ -43,7 +53,7 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 void measure(const E2EConfig& c, E2EResult& r) {
   TrainingStep step(c.setup);
-  maybe_inject_fault(c);
+  maybe_inject_fault(c, r);
   r.params = c.setup.model.param_count();
   const c10::Device dev = c.setup.device;
   StepClock clock(dev);
@@ -102,11 +112,10 @@ E2EResult run_e2e(const E2EConfig& c) {
     measure(c, r);
   } catch (const std::exception& e) {
     // One config failed; the sweep records it and goes on (docs/results/SCHEMA.md, status words).
-    const Status status = is_out_of_memory(e)    ? Status::oom
-                          : is_capture_failure(e) ? Status::capture_failed
-                                                  : Status::error;
+    const std::string injected = r.injected;
     r = E2EResult{};
-    r.status = status;
+    r.status = status_of_failure(e);
+    r.injected = injected;
     r.reason = first_line(error_message(e));
     r.params = c.setup.model.param_count();
   }
@@ -141,6 +150,7 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
                    {field::steps, c.steps},
                    {field::cuda_graph, r.cuda_graph}});
   if (!r.cuda_graph_note.empty()) base.set(field::cuda_graph_note, r.cuda_graph_note);
+  if (!r.injected.empty()) base.set(field::injected_fault, r.injected);
   base.set_status(r.status, r.reason);
   if (r.extra.is_object()) base.update(r.extra);
   if (base.status() != Status::ok) return {base.failure()};
@@ -179,6 +189,8 @@ void add_e2e_record(const Json& j, E2EResult& r) {
     s.n = j.value("n", 0);
     return s;
   };
+  if (j.contains(field::injected_fault) && j[field::injected_fault].is_string())
+    r.injected = j[field::injected_fault].get<std::string>();
   const std::string metric = j.value("metric", "");
   const bool number = j.contains("value") && j["value"].is_number();
   if (metric == "forward_ms") r.forward = summary();

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "train/training_step.h"
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
+#include "results/record.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 
@@ -35,18 +35,22 @@ struct E2EResult {
   int64_t params = 0;
   bool cuda_graph = false;      // whether the timed steps replayed a CUDA graph
   std::string cuda_graph_note;  // why not, when E2EConfig::cuda_graph asked for one on CUDA
+  std::string injected;         // the fault injected into this cell on purpose (LMSCALE_INJECT_FAULT), else ""
   Json extra;  // impl-specific fields copied into every record (baselines: compile_s, compile scope, ...)
 };
 
 // Runs one config. Bad input throws before anything is allocated; a failure while measuring becomes
-// the result's status: oom (the CUDA caching allocator's c10::OutOfMemoryError, the CPU allocator's
-// "can't allocate memory", std::bad_alloc), capture-failed (a CUDA-graph capture error that reached
-// here), error (anything else, a kernel launch error say) — with the reason, so a sweep goes on.
+// the result's status, taken from the failure's cause (its type, never words in its message): oom
+// (c10::OutOfMemoryError, std::bad_alloc, the CPU allocator's error), capture-failed (an injected
+// capture fault; a real failed capture falls back to eager with a note), error (anything else, a
+// kernel launch error say) — with the reason, so a sweep goes on. An injected fault is named in the
+// result (E2EResult::injected) and its record (injected_fault).
 // Fault injection for tests, matching configs by size and optionally context (core/fault_injection.h):
 //   LMSCALE_INJECT_OOM=<size>[:<context>]    a real allocation far beyond any memory on the config's
 //                                            device (so CPU runs raise the CPU allocator's error)
 //   LMSCALE_INJECT_FAULT=<fault>@<size>[:<context>][,...]   fault: oom | capture | error, or
-//                                            capture-sync (a real capture failure: train/cuda_graph_step.h)
+//                                            capture-sync (a real capture failure: train/cuda_graph_step.h),
+//                                            or diverge (bench ddp/zero only)
 E2EResult run_e2e(const E2EConfig& config);
 
 // A cell's CUDA-graph capture note (E2EResult::cuda_graph_note), if any, on a line of its own to

@@ -7,10 +7,16 @@
 
 namespace lmscale {
 
+struct ResumeCount {
+  size_t kept = 0;        // cells filled from the file
+  size_t incomplete = 0;  // measured cells with records missing (cut between two writes): measured again
+};
+
 // Fills the cells of `results` that <path> already holds for the same config, impl, batch, warm-up,
-// steps, device and GPU (of several invocations, the latest). Kept: measured results (with their
-// step_ms record: a run killed while appending may have left less) and OOM cells; failed cells are
-// measured again. Lines that do not parse are skipped. Returns how many cells it filled.
-size_t resume_from(const std::string& path, SweepResults& results);
+// steps, device and GPU (of several invocations, the latest, told apart by their run id). Kept:
+// complete measured results (step_ms, tokens_per_s and every step's time: an older lmscale wrote a
+// cell's records one write() each, so a run killed in between left less) and OOM cells; failed and
+// incomplete cells are measured again. Lines that do not parse are skipped.
+ResumeCount resume_from(const std::string& path, SweepResults& results);
 
 }  // namespace lmscale

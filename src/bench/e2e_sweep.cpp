@@ -7,7 +7,10 @@
 #include "bench/e2e_resume.h"
 #include "bench/e2e_tables.h"
 #include "bench/e2e_torch_baseline.h"
+#include "core/interrupt.h"
 #include "core/sweep_progress.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
@@ -26,23 +29,43 @@ SweepOutcome run_e2e_sweep(const E2ESweep& s) {
   std::vector<std::string> impls = {"lmscale"};
   impls.insert(impls.end(), s.baselines.begin(), s.baselines.end());
   SweepResults st(sweep_configs(s), impls);
+  check_output_folder(s.out_dir);  // before the first measurement, not after it
   const std::string jsonl = s.out_dir + "/e2e.jsonl", md = s.out_dir + "/e2e.md";
   const size_t total = st.configs.size() * st.impls.size();
   SweepProgress progress(total);
+  size_t kept = 0;
   if (s.resume) {
-    const size_t kept = resume_from(jsonl, st);
+    const ResumeCount resumed = resume_from(jsonl, st);
+    kept = resumed.kept;
     progress.skip(kept);
-    std::cerr << "resume: " << kept << " of " << total << " results already in " << jsonl << "\n";
+    std::cerr << "resume: " << kept << " of " << total << " results already in " << jsonl;
+    if (resumed.incomplete)
+      std::cerr << "; " << resumed.incomplete << " incomplete (records missing: the run was cut between two writes) "
+                << "measured again";
+    std::cerr << "\n";
   }
-  // Each result is appended and the table rewritten as it arrives, so a sweep cut short (time
-  // limit, crash) keeps what it measured; a failed cell says why on its own line.
+  // What a SIGTERM/SIGINT leaves (core/interrupt.h): the line it prints says so and how to go on.
+  const std::string& cmd = run_info().command;
+  const std::string resume_cmd = cmd.find(" --resume") == std::string::npos ? cmd + " --resume" : cmd;
+  auto note_kept = [&] {
+    set_interrupt_note(std::to_string(kept) + " of " + std::to_string(total) + " cells are kept in " + jsonl +
+                       " (the cell in progress is not); continue with: " + resume_cmd);
+  };
+  note_kept();
+  // Each result is appended (one write per cell) and the page rebuilt as it arrives, so a sweep cut
+  // short (time limit, crash, signal) keeps what it measured; a failed cell says why on its own line.
   auto keep = [&](size_t k, size_t i, const E2EResult& r) {
     if (r.status != Status::ok && !r.reason.empty()) std::cerr << "    " << r.reason << "\n";
     print_capture_note(r);
-    append_jsonl(jsonl, e2e_records(st.configs[i], r, st.impls[k]));
+    {
+      const DeferInterrupts appended_and_counted;  // a signal now ends the run after both, never between
+      append_jsonl(jsonl, e2e_records(st.configs[i], r, st.impls[k]));
+      ++kept;
+      note_kept();
+    }
     st.results[k][i] = r;
-    st.run_of[k][i] = run_info().date;
-    write_text(md, sweep_markdown(s, st));
+    st.run_of[k][i] = run_info().run;
+    write_sweep_page(s, st);
   };
   // Size by size: lmscale's configs, then each baseline's, so a time limit that cuts the sweep leaves
   // whole sizes measured in one invocation (configs are ordered size first).
@@ -92,7 +115,8 @@ SweepOutcome run_e2e_sweep(const E2ESweep& s) {
     }
     if (!timing.empty()) std::cerr << size << " done: " << timing << "\n";
   }
-  write_text(md, sweep_markdown(s, st));
+  write_sweep_page(s, st);
+  set_interrupt_note("");
   std::cerr << "sweep: " << total << " cells in " << clock_time(progress.elapsed_s()) << "\n";
   return {sweep_table(s, st).render(), total, st.failures()};
 }

@@ -1,15 +1,24 @@
 // Tables of an end-to-end sweep; see e2e_tables.h.
 #include "bench/e2e_tables.h"
 
+#include <algorithm>
+#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "bench/e2e_torch_baseline.h"
 #include "core/device.h"
+#include "results/reader.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
 
-std::string cell_ms(const Summary& s) { return s.n ? fmt(s.mean, 2) + " ± " + fmt(s.std, 2) : "-"; }
+// A timed mean with its spread; ⚠ when the noise guard does not trust it (core/stats.h).
+std::string cell_ms(const Summary& s) {
+  return s.n ? fmt(s.mean, 2) + " ± " + fmt(s.std, 2) + (noise_problem(s).empty() ? "" : " ⚠") : "-";
+}
 
 // A cell that produced no numbers, as the tables say it (OOM in capitals, as the spec's tables do).
 std::string status_cell(const E2EResult& r) { return r.status == Status::oom ? "OOM" : to_string(r.status); }
@@ -82,7 +91,8 @@ MarkdownTable compare_table(const SweepResults& st) {
     std::vector<std::string> row = config_cells(st.configs[i]);
     for (size_t k = 0; k < st.impls.size(); ++k) {
       const auto& r = st.results[k][i];
-      row.push_back(!r ? "not run" : ok(r) ? fmt(r->total.mean, 2) : status_cell(*r));
+      row.push_back(!r ? "not run" : ok(r) ? fmt(r->total.mean, 2) + (noise_problem(r->total).empty() ? "" : " ⚠")
+                                        : status_cell(*r));
     }
     const auto& lm = st.results[0][i];
     for (size_t k = 1; k < st.impls.size(); ++k) {
@@ -127,6 +137,42 @@ MarkdownTable failure_table(const SweepResults& st) {
   return table;
 }
 
+// Cells whose step time the noise guard does not trust, each with why and the command that measures
+// it properly (more timed steps; on an idle machine).
+MarkdownTable noisy_table(const E2ESweep& s, const SweepResults& st) {
+  MarkdownTable table({"size", "context", "precision", "mode", "attention", "impl", "why", "measure it with"});
+  const int steps = std::max(4 * kTrustedSteps, s.base.steps);
+  for (size_t i = 0; i < st.configs.size(); ++i)
+    for (size_t k = 0; k < st.impls.size(); ++k) {
+      const auto& r = st.results[k][i];
+      if (!ok(r) || noise_problem(r->total).empty()) continue;
+      const E2EConfig& c = st.configs[i];
+      std::vector<std::string> row = config_cells(c);
+      const std::string cmd = "`lmscale bench --size " + c.setup.model.name + " --context " +
+                              std::to_string(c.setup.context) + " --precision " + dtype_name(c.setup.precision) +
+                              " --mode " + mode_name(c.mode) + " --attention " +
+                              attention_backend_name(c.setup.model.attention) + " --device " + c.setup.device.str() +
+                              " --impl " + st.impls[k] + " --steps " + std::to_string(steps) + "`";
+      row.insert(row.end(), {st.impls[k], noise_problem(r->total), cmd});
+      table.add_row(row);
+    }
+  return table;
+}
+
+// What the results say about CUDA graphs: only the cells that replayed one.
+std::string cuda_graph_words(const SweepResults& st) {
+  size_t graphed = 0, measured = 0;
+  for (const auto& r : st.results[0])
+    if (ok(r)) {
+      ++measured;
+      graphed += r->cuda_graph;
+    }
+  if (graphed == 0) return "";
+  if (graphed == measured) return ", whole step replayed as a CUDA graph";
+  return ", whole step replayed as a CUDA graph in " + std::to_string(graphed) + " of " + std::to_string(measured) +
+         " lmscale cells (the others ran eagerly: see their notes)";
+}
+
 // How the baselines ran: one line per impl, and the compile time per size of the compiling ones.
 void describe_baselines(std::ostringstream& md, const E2ESweep& s, const SweepResults& st) {
   md << "- PyTorch baselines: `python -m lmscale.baseline.e2e` (python/lmscale/baseline/e2e.py), the same model "
@@ -157,9 +203,10 @@ void describe_baselines(std::ostringstream& md, const E2ESweep& s, const SweepRe
 std::string sweep_markdown(const E2ESweep& s, const SweepResults& st) {
   std::ostringstream md;
   md << "# End-to-end benchmark\n\n"
-     << "- command: `" << run_info().command << "`\n- date: " << run_info().date << "\n- commit: " << run_info().commit
+     << "- command: `" << run_info().command << "`\n- date: " << run_info().date << " (run " << run_info().run
+     << ")\n- commit: " << run_info().commit
      << "\n- device: " << run_info().gpu << "\n- batch " << s.base.setup.batch << ", warm-up " << s.base.warmup
-     << ", timed steps " << s.base.steps << (s.base.cuda_graph ? ", whole step replayed as a CUDA graph" : "")
+     << ", timed steps " << s.base.steps << cuda_graph_words(st)
      << "\n- times: mean ± std over timed steps; lmscale speedup = baseline step time / lmscale step time\n";
   if (st.resumed)
     md << "- resumed (--resume): " << st.resumed << " results were measured by an earlier run of this sweep "
@@ -182,7 +229,34 @@ std::string sweep_markdown(const E2ESweep& s, const SweepResults& st) {
        << detail_table(st).render();
   }
   if (!failed.empty()) md << "\n## Cells without numbers\n\n" << failed.render();
+  const MarkdownTable noisy = noisy_table(s, st);
+  if (!noisy.empty())
+    md << "\n## ⚠ Cells not to be trusted\n\n"
+       << "Their step time spreads by more than " << fmt(100 * kNoisySpread, 0) << " % or rests on fewer than "
+       << kTrustedSteps << " timed steps (a contended CPU, too short a run). The records carry the CPU's thread count "
+       << "and load (cpu_threads, load). Measure them again on an idle machine:\n\n"
+       << noisy.render();
   return md.str();
+}
+
+void write_sweep_page(const E2ESweep& s, const SweepResults& st) {
+  const std::string jsonl = s.out_dir + "/e2e.jsonl";
+  const FolderLock lock(s.out_dir, "e2e");  // concurrent sweeps take turns; each reads what all wrote
+  std::string page = sweep_markdown(s, st);
+  std::set<std::string> shown;  // the runs this page's tables already hold (this one, resumed ones)
+  shown.insert(run_info().run);
+  for (const auto& per_impl : st.run_of) shown.insert(per_impl.begin(), per_impl.end());
+  std::vector<Json> others;
+  if (std::ifstream(jsonl).good()) {
+    std::ostringstream quiet;  // damaged lines are the sweep's own business (report moves them aside)
+    for (auto& r : read_records(jsonl, nullptr, &quiet))
+      if (!shown.count(r.value("run", r.value("date", "") + " " + r.value("command", "")))) others.push_back(std::move(r));
+  }
+  if (!others.empty())
+    page += "\n# Other runs in this folder\n\nRecords of e2e.jsonl written by other invocations (another sweep "
+            "writing here at the same time, or earlier runs), rebuilt from the file:\n\n" +
+            records_table("Every record of the other runs", others);
+  write_text(s.out_dir + "/e2e.md", page);
 }
 
 }  // namespace lmscale

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/e2e_grid.h"
+#include "results/table.h"
 
 namespace lmscale {
 
@@ -36,7 +37,13 @@ MarkdownTable detail_table(const SweepResults& results);
 MarkdownTable compare_table(const SweepResults& results);
 // The table `lmscale bench` prints: the comparison when there are baselines, else the details.
 MarkdownTable sweep_table(const E2ESweep& sweep, const SweepResults& results);
-// The whole e2e.md page: provenance, how the baselines ran, the tables, failed cells with reasons.
+// The whole e2e.md page: provenance, how the baselines ran, the tables, failed cells with reasons,
+// cells not to be trusted (noise guard, core/stats.h) with the command that measures them properly.
+// Says only what the results say (a CUDA graph only where a cell replayed one).
 std::string sweep_markdown(const E2ESweep& sweep, const SweepResults& results);
+// Writes <out>/e2e.md under the folder's lock, from the records on disk: this run's page, then every
+// record of other runs that wrote to the same e2e.jsonl (two sweeps at once: the last writer's page
+// holds both runs' rows).
+void write_sweep_page(const E2ESweep& sweep, const SweepResults& results);
 
 }  // namespace lmscale

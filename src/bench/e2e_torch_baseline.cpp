@@ -7,9 +7,13 @@
 #include <deque>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "core/device.h"
+#include "core/fault_injection.h"
+#include "core/interrupt.h"
 #include "core/python_module.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
@@ -37,15 +41,18 @@ Json config_line(const E2EConfig& c, size_t id) {
               {"device", c.setup.device.str()}};
 }
 
-// A temporary file holding the configs, one JSON line each; removed with the object.
+// A temporary file holding the configs, one JSON line each; removed with the object, or by the
+// SIGTERM/SIGINT handler when the run is stopped while the baseline runs (core/interrupt.h).
 struct ConfigFile {
   std::string path;
+  std::unique_ptr<TempFileGuard> guard;
   explicit ConfigFile(const std::vector<E2EConfig>& configs) {
     path = (std::filesystem::temp_directory_path() / "lmscale-baseline-XXXXXX").string();
     const int fd = mkstemp(path.data());
     TORCH_CHECK(fd >= 0, "cannot create a temporary file for the baseline configs in ",
                 std::filesystem::temp_directory_path().string(), ": set TMPDIR to a writable folder");
     ::close(fd);  // mkstemp only reserved the name
+    guard = std::make_unique<TempFileGuard>(path);
     std::string text;
     for (size_t i = 0; i < configs.size(); ++i) text += config_line(configs[i], i).dump() + "\n";
     write_text(path, text);
@@ -118,6 +125,10 @@ std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs
         E2EResult r;
         for (const auto& record : j["records"]) add_e2e_record(record, r);
         r.params = configs[i].setup.model.param_count();
+        // The module reads LMSCALE_INJECT_OOM too: its oom is then one made on purpose, and said so.
+        if (r.status == Status::oom &&
+            fault_injected(InjectedFault::oom, configs[i].setup.model.name, configs[i].setup.context))
+          r.injected = to_string(InjectedFault::oom);
         out[i] = r;
         answered[i] = true;
         if (on_result) on_result(i, out[i]);

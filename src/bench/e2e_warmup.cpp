@@ -6,10 +6,13 @@
 
 #include "core/device.h"
 #include "core/sweep_progress.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 
 std::string run_warmup_study(const E2EConfig& c0, const std::string& out_dir) {
+  check_output_folder(out_dir);  // before the first measurement, not after it
   MarkdownTable table({"warm-up steps", "mean ms", "std ms", "first timed step ms", "max ms", "min ms"});
   std::vector<Json> records;
   const std::vector<int> warmups = {0, 1, 2, 5};

@@ -8,17 +8,18 @@
 
 #include <iostream>
 
-#include "train/training_step.h"
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
+#include "distributed/fault.h"
 #include "distributed/zero.h"
 #include "distributed/zero2.h"
+#include "results/table.h"
+#include "results/writer.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 namespace {
@@ -29,6 +30,7 @@ struct Measured {
   double init = 0, before_step = 0, after_step = 0, peak = 0;  // bytes, slowest (largest) rank
   double params = 0, grads = 0, state = 0;
   double step_ms = 0;
+  int consistency_checks = 0;  // cross-rank parameter checks passed
 };
 
 int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
@@ -82,6 +84,9 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
     sharded = std::make_unique<distributed::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
                                                        distributed::adamw_factory(adamw), g, mode);
   }
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
+  int checks = 0;
   StepClock clock(dev);
   double total_ms = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -111,6 +116,11 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
       zero2->zero_grad();
     else
       sharded->zero_grad();
+    distributed::inject_divergence(g, named, i + 1, setup.model.name, setup.context);
+    if (o.check_consistency > 0 && (i + 1) % o.check_consistency == 0) {
+      distributed::check_parameter_consistency(g, named, i + 1);
+      ++checks;
+    }
     if (i < o.warmup) continue;
     total_ms += clock.ms(0, 1);
     m.before_step = before;
@@ -127,7 +137,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
       for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
   m.state = double(plain ? adamw_state_bytes(*plain) : zero2 ? zero2->state_bytes() : sharded->state_bytes());
   auto mx = distributed::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
-  Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7]};
+  Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7], checks};
   ts.optimizer().zero_grad();
   return r;
 }
@@ -135,6 +145,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
 }  // namespace
 
 std::string run_zero_bench(const ZeroBenchOptions& o) {
+  check_output_folder(o.out);  // before the first measurement, not after it
   for (const auto& impl : o.impls)
     TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter" || impl == "zero2",
                 "--impls '", impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter, zero2.");
@@ -175,6 +186,7 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
       table.add_row({impl, "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
       continue;
     }
+    if (o.check_consistency > 0) cell.set(field::consistency_checks, m.consistency_checks);
     if (impl == "unsharded") base_ms = m.step_ms;
     const double ratio = m.step_ms / base_ms;
     line.close(fmt(m.step_ms) + " ms, state " + fmt_bytes(m.state));

@@ -23,9 +23,13 @@ struct ZeroBenchOptions {
   int steps = 5;
   std::string backend = "auto";
   std::string out = "results";
+  int check_consistency = 0;  // every N steps compare parameter checksums across ranks (0: never)
 };
 
-// Collective. Rank 0 writes <out>/zero.jsonl and <out>/zero.md and returns the table.
+// Collective. Rank 0 writes <out>/zero.jsonl and <out>/zero.md and returns the table. With
+// check_consistency, every N-th step compares every parameter across ranks (a divergence stops the
+// run naming the parameter, the ranks and the step); the checks passed are in the records
+// (consistency_checks).
 std::string run_zero_bench(const ZeroBenchOptions& options);
 
 }  // namespace lmscale

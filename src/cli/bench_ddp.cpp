@@ -28,7 +28,7 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
       ->capture_default_str();
   app.add_option("--check-consistency", o->check_consistency,
                  "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
-      ->capture_default_str();
+      ->check(whole_at_least(0))->capture_default_str();
   app.add_option("--loss-every", o->loss_every,
                  "training-curve run: record the mean loss every N steps per design (ddp_loss.md); 0: timing run")
       ->capture_default_str();

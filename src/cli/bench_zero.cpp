@@ -16,7 +16,10 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
       ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--out", o->out, "results folder (zero.jsonl, zero.md)")->capture_default_str();
-  app.add_option("--bucket-mb", o->bucket_mb, "zero2: gradient bucket cap in MiB")->capture_default_str();
+  app.add_option("--bucket-mb", o->bucket_mb, "zero2: gradient bucket cap in MiB")->check(at_least(0))->capture_default_str();
+  app.add_option("--check-consistency", o->check_consistency,
+                 "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
+      ->check(whole_at_least(0))->capture_default_str();
   app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench zero --size small --precision bf16\n"
              "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
              "naming the rank, collective, step and missing ranks.");

@@ -6,10 +6,41 @@
 #include <climits>
 #include <iostream>
 
+#include "bench/ddp_bench.h"
 #include "cli/registry.h"
+#include "core/error.h"
+#include "distributed/launch_fit.h"
 #include "distributed/launcher.h"
+#include "model/config.h"
 
 namespace {
+
+// The model's parameter count when the launched command names a size (the first of a --size list),
+// else the default size of bench ddp/zero for those, else 0: what the memory estimate scales with.
+int64_t params_of(const std::vector<std::string>& command) {
+  std::string size;
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if (command[i] == "--size") size = command[i + 1].substr(0, command[i + 1].find(','));
+  for (const auto& word : command)
+    if (word.rfind("--size=", 0) == 0) size = word.substr(7, word.find(',') == std::string::npos ? std::string::npos : word.find(',') - 7);
+  const bool ddp_or_zero = command.size() >= 2 && command[0] == "bench" && (command[1] == "ddp" || command[1] == "zero");
+  if (size.empty() && ddp_or_zero) size = lmscale::DdpBenchOptions{}.size;
+  if (size.empty() || size == "custom") return 0;
+  try {
+    return lmscale::model_config(size).param_count();
+  } catch (const std::exception&) {
+    return 0;  // not a size: the command itself will say so
+  }
+}
+
+// Whether the ranks will run on GPUs: there are GPUs and the command does not ask for the CPU.
+bool runs_on_gpus(const std::vector<std::string>& command, int gpus) {
+  if (gpus == 0) return false;
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if ((command[i] == "--device" && command[i + 1] == "cpu") || (command[i] == "--backend" && command[i + 1] == "gloo"))
+      return false;
+  return true;
+}
 
 std::string self_executable() {
   char path[PATH_MAX];
@@ -26,6 +57,7 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
     lmscale::distributed::LaunchOptions opts;
     std::string program;
     std::vector<std::string> command;
+    bool oversubscribe = false;
   };
   auto a = std::make_shared<Args>();
   app.add_option("-n,--nproc,--nproc-per-node", a->opts.nproc,
@@ -42,12 +74,21 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
       ->capture_default_str();
   app.add_option("--program", a->program, "executable to run instead of this lmscale binary");
   app.add_option("command", a->command, "the subcommand and its options, after --")->required();
+  app.add_flag(lmscale::distributed::kOversubscribeFlag, a->oversubscribe,
+               "launch even when the ranks do not fit this machine's cores or memory (checked before any rank starts)");
   app.footer("The program's own arguments go after `--`.\nExamples:\n  lmscale launch -n 2 -- bench comm --backend gloo\n"
              "  lmscale launch --nproc-per-node 2 -- bench ddp --size tiny\n"
              "Several machines: run `lmscale launch --nnodes 2 --node-rank R -n 8 --master-addr NODE0 --master-port "
              "29500 -- ...` on each (or torchrun --nnodes 2 --node-rank R --nproc-per-node 8 --master-addr NODE0 "
              "--no-python lmscale ...). Collectives time out after LMSCALE_DIST_TIMEOUT_S seconds (default 300).");
   app.callback([a] {
+    using namespace lmscale::distributed;
+    const Machine machine = this_machine();
+    const LaunchRequest request{a->opts.nproc, params_of(a->command), runs_on_gpus(a->command, machine.gpus)};
+    const FitVerdict fit = check_launch_fit(request, machine);
+    if (!fit.refusal.empty() && !a->oversubscribe) throw lmscale::UsageError(fit.refusal);
+    if (!fit.refusal.empty()) std::cerr << "lmscale launch: " << kOversubscribeFlag << ": " << fit.refusal << "\n";
+    if (!fit.warning.empty()) std::cerr << fit.warning << "\n";
     std::vector<std::string> argv = a->command;
     argv.insert(argv.begin(), a->program.empty() ? self_executable() : a->program);
     int rc = lmscale::distributed::launch_local(argv, a->opts, std::cout, std::cerr);

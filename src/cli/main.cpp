@@ -6,7 +6,10 @@
 #include "cli/registry.h"
 #include "cli/usage.h"
 #include "core/error.h"
-#include "core/results.h"
+#include "core/fault_injection.h"
+#include "core/interrupt.h"
+#include "model/config.h"
+#include "results/record.h"
 
 namespace lmscale::cli {
 std::vector<Subcommand>& registry() {
@@ -47,15 +50,23 @@ int main(int argc, char** argv) {
     }
   }
   lmscale::set_run_command(argc, argv);
+  lmscale::install_interrupt_handlers();  // SIGTERM/SIGINT: children waited for, temp files removed, one line
   // Old spellings become today's (with a note), so CLI11 sees one vocabulary.
   const std::vector<std::string> args = normalize_args(std::vector<std::string>(argv + 1, argv + argc), app);
   std::vector<char*> parsed_argv{argv[0]};
   for (const auto& s : args) parsed_argv.push_back(const_cast<char*>(s.c_str()));
   try {
+    // The fault-injection settings are checked before anything runs (a typo would inject nothing).
+    std::vector<std::string> sizes{"tiny", "custom"};
+    for (const auto& n : lmscale::size_names()) sizes.push_back(n);
+    lmscale::check_fault_injection(sizes);
     app.parse(static_cast<int>(parsed_argv.size()), parsed_argv.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     return report_parse_error(app, args, e);
+  } catch (const lmscale::UsageError& e) {  // a value the library refused: the flag, the allowed form, the fix
+    std::cerr << "lmscale: error: " << e.what() << "\n";
+    return kUsageExit;
   } catch (const std::exception& e) {
     std::cerr << "lmscale: error: " << lmscale::error_message(e) << "\n";
     return 1;

@@ -6,9 +6,10 @@
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
-#include "core/results.h"
 #include "profile/profile_report.h"
 #include "profile/profile_run.h"
+#include "results/record.h"
+#include "results/writer.h"
 
 namespace {
 
@@ -21,6 +22,7 @@ struct ProfileArgs {
 };
 
 void run(const ProfileArgs& a) {
+  check_output_folder(a.out);  // before the first measurement, not after it
   const cli::StepPoint p = cli::first_point(a.step);
   ProfileOptions o;
   o.setup = cli::to_setup(a.step, p, resolve_device(a.step.device));

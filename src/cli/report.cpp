@@ -1,10 +1,10 @@
 // `lmscale report`: merges result folders into one (docs/results by default), rebuilds every table
 // from the merged records, draws the plots and writes index.md. The work is write_report
-// (core/record_report.h); tables are never typed by hand or copied from a run.
+// (results/report.h); tables are never typed by hand or copied from a run.
 #include <iostream>
 
 #include "cli/registry.h"
-#include "core/record_report.h"
+#include "results/report.h"
 
 LMSCALE_SUBCOMMAND("", "report", "merge result folders: tables rebuilt from the records, plots, index.md", [](CLI::App& app) {
   auto o = std::make_shared<lmscale::ReportOptions>();

@@ -105,19 +105,46 @@ CLI::Validator one_of(const std::string& what, std::vector<std::string> choices)
 CLI::Validator at_least(double min) {
   return CLI::Validator(
       [min](const std::string& v) -> std::string {
+        std::ostringstream lowest;
+        lowest << min;
         try {
           size_t used = 0;
           const double x = std::stod(v, &used);
-          if (used == v.size() && x < min) {
-            std::ostringstream s;
-            s << "must be at least " << min << ", got " << v;
-            return s.str();
-          }
+          if (used == v.size() && x >= min) return "";
+          if (used == v.size()) return "must be at least " + lowest.str() + ", got " + v;
         } catch (const std::exception&) {
         }
-        return "";  // not a number: the conversion reports it
+        return (v.empty() ? "the value is empty" : "'" + v + "' is not a number") + ": use a number >= " + lowest.str();
       },
       "", "at_least");
+}
+
+CLI::Validator whole_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](const std::string& v) -> std::string {
+        const std::string form = "a whole number >= " + std::to_string(min) + " (a comma list where the flag takes "
+                                 "several, e.g. 128,256)";
+        try {
+          size_t used = 0;
+          const long long x = std::stoll(v, &used);
+          if (used == v.size() && x >= min) return "";
+          if (used == v.size()) return "must be at least " + std::to_string(min) + ", got " + v;
+        } catch (const std::exception&) {
+        }
+        return v.empty() ? "the value is empty: use " + form : "'" + v + "' is not " + form;
+      },
+      "", "whole_at_least");
+}
+
+CLI::Validator device_spec() {
+  return CLI::Validator(
+      [](const std::string& v) -> std::string {
+        if (v == "auto" || v == "cpu" || v == "cuda") return "";
+        if (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.find_first_not_of("0123456789", 5) == std::string::npos)
+          return "";
+        return "'" + v + "' is not a device: use auto (the GPU when there is one), cpu, cuda or cuda:N (N a GPU index)";
+      },
+      "", "device");
 }
 
 void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
@@ -139,7 +166,7 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
   }
   if (has(kContext)) {
     auto* o = add_value(app, "--context", a.context, "sequence length T", list(kContext));
-    o->check(at_least(1))->type_name("INT");
+    o->check(whole_at_least(1))->type_name("INT");
     set_default(o, joined(a.context));
   }
   if (has(kPrecision)) {
@@ -165,14 +192,14 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
   }
   if (has(kBatch))
     app.add_option("--batch", a.batch, "batch size B (per rank in distributed runs)")
-        ->check(at_least(1))->capture_default_str();
+        ->check(whole_at_least(1))->capture_default_str();
   if (has(kDevice))
     app.add_option("--device", a.device, "auto (the GPU when there is one), cpu, cuda or cuda:N")
-        ->capture_default_str();
+        ->check(device_spec())->capture_default_str();
   if (has(kWarmup))
-    app.add_option("--warmup", a.warmup, "untimed steps first")->check(at_least(0))->capture_default_str();
+    app.add_option("--warmup", a.warmup, "untimed steps first")->check(whole_at_least(0))->capture_default_str();
   if (has(kSteps))
-    app.add_option("--steps", a.steps, "measured steps")->check(at_least(1))->capture_default_str();
+    app.add_option("--steps", a.steps, "measured steps")->check(whole_at_least(1))->capture_default_str();
   if (has(kFastPath)) {
     app.add_flag_callback("--no-fused", [&a] { a.fused = false; },
                           "unfused reference path (ablation): no fused CUDA kernels");

@@ -121,5 +121,9 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
 CLI::Validator one_of(const std::string& what, std::vector<std::string> choices);
 // A number >= min ("must be at least 1, got 0"); CLI11's Range prints the limits of a double.
 CLI::Validator at_least(double min);
+// A whole number >= min; anything else (empty, "abc", "1.5") is refused naming the allowed form.
+CLI::Validator whole_at_least(int64_t min);
+// auto, cpu, cuda or cuda:N.
+CLI::Validator device_spec();
 
 }  // namespace lmscale::cli

@@ -12,7 +12,7 @@
 #include "cli/registry.h"
 #include "core/device.h"
 #include "core/process.h"
-#include "core/results.h"
+#include "results/record.h"
 
 #ifndef LMSCALE_VERSION  // CMake sets these on this file (see CMakeLists.txt)
 #define LMSCALE_VERSION "unknown"

@@ -19,18 +19,23 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace lmscale {
 
 c10::Device resolve_device(const std::string& spec) {
   if (spec == "auto") return torch::cuda::is_available() ? c10::Device("cuda:0") : c10::Device("cpu");
-  TORCH_CHECK(spec == "cpu" || spec.rfind("cuda", 0) == 0, "--device '", spec,
-              "' is not understood: use auto, cpu, cuda or cuda:N");
+  const bool indexed = spec.rfind("cuda:", 0) == 0 && spec.size() > 5 &&
+                       spec.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (spec != "cpu" && spec != "cuda" && !indexed)
+    throw UsageError("--device '" + spec + "' is not a device: use auto (the GPU when there is one), cpu, cuda or cuda:N");
   c10::Device d(spec);
   if (d.is_cuda()) {
-    TORCH_CHECK(torch::cuda::is_available(), "--device ", spec,
-                " asked for CUDA but no GPU is visible here; use --device cpu (or auto)");
-    TORCH_CHECK(!d.has_index() || d.index() < static_cast<int>(torch::cuda::device_count()),
-                "--device ", spec, ": only ", torch::cuda::device_count(), " GPU(s) visible");
+    if (!torch::cuda::is_available())
+      throw UsageError("--device " + spec + " asked for CUDA but no GPU is visible here: use --device cpu (or auto)");
+    if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count()))
+      throw UsageError("--device " + spec + ": only " + std::to_string(torch::cuda::device_count()) +
+                       " GPU(s) visible here: use cuda:0 .. cuda:" + std::to_string(torch::cuda::device_count() - 1));
     if (!d.has_index()) d = c10::Device(c10::DeviceType::CUDA, 0);
   }
   return d;
@@ -137,6 +142,15 @@ std::pair<int, int> cuda_capability(int device_index) {
   if (cudaGetDeviceProperties(&p, device_index) == cudaSuccess) return {p.major, p.minor};
 #endif
   return {0, 0};
+}
+
+int64_t gpu_total_memory(int device_index) {
+#ifdef LMSCALE_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device_index) == cudaSuccess) return static_cast<int64_t>(p.totalGlobalMem);
+#endif
+  (void)device_index;
+  return 0;
 }
 
 void check_kernels_run_on(const c10::Device& d) {

@@ -42,6 +42,8 @@ std::vector<int> built_cuda_archs();
 KernelSupport kernel_support(const std::string& gpu_name, int major, int minor, const std::vector<int>& built);
 // Compute capability of a visible GPU as {major, minor}; {0, 0} without CUDA.
 std::pair<int, int> cuda_capability(int device_index);
+// A GPU's total memory in bytes (0 without CUDA, or when the device cannot be asked).
+int64_t gpu_total_memory(int device_index);
 // Throws KernelSupport::message when this build's kernels cannot run on the device's GPU. Cheap
 // after the first call per device (the answer is cached).
 void check_kernels_run_on(const c10::Device& d);

@@ -3,12 +3,15 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+
+#include "core/interrupt.h"
 
 extern char** environ;
 
@@ -41,12 +44,17 @@ namespace {
 // The child's half: redirect, change folder, set the environment, exec. Reports a failure to
 // start through err_fd (close-on-exec, so a successful exec closes it with nothing written).
 [[noreturn]] void exec_child(const std::vector<std::string>& argv, const ProcessOptions& o,
-                             int out_fd, int err_fd) {
+                             int out_fd, int err_fd, pid_t parent) {
   auto fail = [&](const std::string& what) {
     std::string msg = what + ": " + std::strerror(errno);
     (void)!write(err_fd, msg.data(), msg.size());
     _exit(127);
   };
+  // The child dies with lmscale even when lmscale cannot tell it to (SIGKILL, a crash): no orphaned
+  // baseline keeps a core busy. The signal comes when the forking thread ends, and run_process runs
+  // on the thread that waits for the child. A parent already gone before prctl: end now.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(127);
   if (!o.stdin_path.empty()) {
     int in = open(o.stdin_path.c_str(), O_RDONLY);
     if (in < 0 || dup2(in, STDIN_FILENO) < 0) fail("could not open '" + o.stdin_path + "' as stdin");
@@ -82,6 +90,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     r.error = std::string("could not start '") + argv[0] + "': pipe: " + std::strerror(errno);
     return r;
   }
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     r.error = std::string("could not start '") + argv[0] + "': fork: " + std::strerror(errno);
@@ -90,8 +99,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   if (pid == 0) {
     close(err_pipe[0]);
     if (out_pipe[0] >= 0) close(out_pipe[0]);
-    exec_child(argv, o, out_pipe[1], err_pipe[1]);
+    exec_child(argv, o, out_pipe[1], err_pipe[1], parent);
   }
+  register_child(pid);  // a SIGTERM/SIGINT to lmscale reaches it and waits for it (core/interrupt.h)
   close(err_pipe[1]);
   if (out_pipe[1] >= 0) close(out_pipe[1]);
   if (o.capture_stdout) {
@@ -119,6 +129,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  unregister_child(pid);
   if (!start_error.empty()) {
     r.error = start_error;
     return r;

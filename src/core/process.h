@@ -1,6 +1,8 @@
 // Starting another program without a shell: the arguments go to execvp as a vector, so no path or
 // value can be read as shell syntax (quotes, `;`, `$()`), and the caller gets a real exit code or
-// signal rather than a raw wait status. Every subprocess of lmscale (baselines, plots, git) starts here.
+// signal rather than a raw wait status. Every subprocess of lmscale (baselines, plots, git) starts here;
+// each dies with lmscale (PR_SET_PDEATHSIG) and is signalled and waited for when lmscale is stopped
+// by SIGTERM/SIGINT (core/interrupt.h).
 #pragma once
 #include <functional>
 #include <string>

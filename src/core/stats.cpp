@@ -24,4 +24,12 @@ Summary summarize(std::vector<double> v) {
   return s;
 }
 
+std::string noise_problem(const Summary& s) {
+  std::string why;
+  if (s.n > 0 && s.n < kTrustedSteps) why = std::to_string(s.n) + (s.n == 1 ? " timed step" : " timed steps");
+  if (s.mean > 0 && s.std > kNoisySpread * s.mean)
+    why += (why.empty() ? "" : ", ") + std::string("±") + std::to_string(static_cast<int>(std::lround(100 * s.std / s.mean))) + " % spread";
+  return why;
+}
+
 }  // namespace lmscale

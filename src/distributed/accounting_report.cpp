@@ -3,12 +3,13 @@
 
 #include <iostream>
 
-#include "core/record.h"
-#include "core/results.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale::distributed {
 
 std::string write_accounting_report(const AccountingInputs& in, const std::string& out) {
+  lmscale::check_output_folder(out);
   using lmscale::fmt;
   using lmscale::fmt_bytes;
   const auto r = lmscale::distributed::account(in);
@@ -34,7 +35,7 @@ std::string write_accounting_report(const AccountingInputs& in, const std::strin
                              {"tokens", in.tokens},        {"fsdp_devices", in.fsdp_devices},
                              {"fsdp_x", in.fsdp_x},        {"tp_y", in.tp_y}};
   auto add = [&](const char* metric, double v, const char* unit) {
-    recs.push_back(lmscale::metric_record("account", "lmscale-account", config, metric, v, unit));
+    recs.push_back(lmscale::Record("account", "lmscale-account").update(config).metric(metric, v, unit));
   };
   add("params", r.params, "");
   add("training_state_fp32", r.training_state, "bytes");

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/fault_injection.h"
+
 namespace lmscale::distributed {
 namespace {
 
@@ -151,6 +153,15 @@ void check_parameter_consistency(const Group& group, const std::vector<std::pair
                 all[differ[0]][k + 1].item<int64_t>(), "). The ranks have silently diverged: a non-deterministic "
                 "or rank-dependent update, a missed gradient synchronisation, or corrupted memory.");
   }
+}
+
+bool inject_divergence(const Group& group, const std::vector<std::pair<std::string, at::Tensor>>& named, int64_t step,
+                       const std::string& size, int64_t context) {
+  if (group.rank != 1 || step != 1 || named.empty() || !fault_injected(InjectedFault::diverge, size, context))
+    return false;
+  c10::NoGradGuard no_grad;
+  named.front().second.view(-1)[0].add_(1.0);
+  return true;
 }
 
 }  // namespace lmscale::distributed

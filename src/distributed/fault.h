@@ -58,4 +58,11 @@ int64_t bit_checksum(const at::Tensor& t);
 void check_parameter_consistency(const Group& group, const std::vector<std::pair<std::string, at::Tensor>>& named,
                                  int64_t step);
 
+// LMSCALE_INJECT_FAULT=diverge@<size>[:<context>] (core/fault_injection.h): after step 1, rank 1
+// adds 1 to the first element of the first tensor, a silent divergence the consistency check must
+// name. Does nothing on other ranks, other steps, or when the fault is not asked for. Returns
+// whether it nudged.
+bool inject_divergence(const Group& group, const std::vector<std::pair<std::string, at::Tensor>>& named, int64_t step,
+                       const std::string& size, int64_t context);
+
 }  // namespace lmscale::distributed

@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/interrupt.h"
+
 extern char** environ;
 
 namespace lmscale::distributed {
@@ -153,6 +155,7 @@ int launch_local(const std::vector<std::string>& argv, const LaunchOptions& give
     close(p_out[1]);
     close(p_err[1]);
     ranks[r].pid = pid;
+    register_child(pid);  // a SIGTERM/SIGINT to the launcher reaches every rank and waits for it (core/interrupt.h)
     ranks[r].fd[0] = p_out[0];
     ranks[r].fd[1] = p_err[0];
   }
@@ -204,6 +207,7 @@ int launch_local(const std::vector<std::string>& argv, const LaunchOptions& give
       if (ranks[r].exited) continue;
       int status = 0;
       if (waitpid(ranks[r].pid, &status, WNOHANG) == ranks[r].pid) {
+        unregister_child(ranks[r].pid);
         ranks[r].exited = true;
         ranks[r].status = status;
         --running;

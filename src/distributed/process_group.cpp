@@ -2,6 +2,7 @@
 // process_group_nccl.cpp so that only one translation unit pays for its headers).
 #include "distributed/process_group.h"
 
+#include "core/error.h"
 #include "distributed/fault.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -28,18 +29,26 @@ std::optional<std::string> get_env(const char* name) {
   return std::string(v);
 }
 
-int env_int(const char* name, const std::string& value, int lo, int hi) {
+// An integer environment variable in [lo, hi]; anything else is a usage error naming the variable,
+// the allowed range and a value that is itself allowed (`fix`: how to set it, or what unsetting does).
+int env_int(const char* name, const std::string& value, int lo, int hi, const std::string& fix) {
+  size_t used = 0;
+  int v = 0;
   try {
-    size_t used = 0;
-    int v = std::stoi(value, &used);
-    TORCH_CHECK(used == value.size(), "trailing characters");
-    TORCH_CHECK(v >= lo && v <= hi, "out of range");
-    return v;
+    v = std::stoi(value, &used);
   } catch (const std::exception&) {
-    TORCH_CHECK(false, name, "=", value, " is not an integer in [", lo, ", ", hi,
-                "]. Set it as torchrun does (e.g. ", name, "=0), or unset all of RANK/WORLD_SIZE to run alone.");
+    used = 0;
   }
-  return 0;
+  if (used != value.size() || used == 0 || v < lo || v > hi)
+    throw UsageError(std::string(name) + "=" + value + " is not a whole number in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]: " + fix);
+  return v;
+}
+
+// The fix for a rendezvous variable: torchrun's way, or none of them to run alone.
+std::string rendezvous_fix(const char* name, int example) {
+  return std::string("set it as torchrun does (e.g. ") + name + "=" + std::to_string(example) +
+         "), or unset all of RANK/WORLD_SIZE to run alone";
 }
 
 bool is_loopback(const std::string& addr) {
@@ -51,7 +60,9 @@ bool is_loopback(const std::string& addr) {
 std::chrono::milliseconds collective_timeout_from_env() {
   auto v = get_env("LMSCALE_DIST_TIMEOUT_S");
   if (!v) return kDefaultCollectiveTimeout;
-  return std::chrono::seconds(env_int("LMSCALE_DIST_TIMEOUT_S", *v, 1, 24 * 3600));
+  return std::chrono::seconds(env_int("LMSCALE_DIST_TIMEOUT_S", *v, 1, 24 * 3600,
+                                     "seconds a collective may take, e.g. LMSCALE_DIST_TIMEOUT_S=600; unset it for "
+                                     "the default " + std::to_string(kDefaultCollectiveTimeout.count()) + " s"));
 }
 
 DistEnv env_from_environment() {
@@ -60,15 +71,15 @@ DistEnv env_from_environment() {
   TORCH_CHECK(rank.has_value() == world.has_value(), "RANK is ", rank.value_or("unset"), " but WORLD_SIZE is ",
               world.value_or("unset"), ": set both (torchrun and `lmscale launch` do) or neither (single process).");
   if (!rank) return env;
-  env.world_size = env_int("WORLD_SIZE", *world, 1, 1 << 20);
-  env.rank = env_int("RANK", *rank, 0, env.world_size - 1);
-  env.local_rank = env_int("LOCAL_RANK", get_env("LOCAL_RANK").value_or("0"), 0, 1 << 20);
+  env.world_size = env_int("WORLD_SIZE", *world, 1, 1 << 20, rendezvous_fix("WORLD_SIZE", 2));
+  env.rank = env_int("RANK", *rank, 0, env.world_size - 1, rendezvous_fix("RANK", 0));
+  env.local_rank = env_int("LOCAL_RANK", get_env("LOCAL_RANK").value_or("0"), 0, 1 << 20, rendezvous_fix("LOCAL_RANK", 0));
   if (auto addr = get_env("MASTER_ADDR")) env.master_addr = *addr;
-  if (auto port = get_env("MASTER_PORT")) env.master_port = env_int("MASTER_PORT", *port, 1, 65535);
-  env.local_world_size = env_int("LOCAL_WORLD_SIZE", get_env("LOCAL_WORLD_SIZE").value_or("1"), 1, 1 << 20);
+  if (auto port = get_env("MASTER_PORT")) env.master_port = env_int("MASTER_PORT", *port, 1, 65535, rendezvous_fix("MASTER_PORT", 29500));
+  env.local_world_size = env_int("LOCAL_WORLD_SIZE", get_env("LOCAL_WORLD_SIZE").value_or("1"), 1, 1 << 20, rendezvous_fix("LOCAL_WORLD_SIZE", 2));
   env.use_agent_store = get_env("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
   env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", get_env("TORCHELASTIC_RESTART_COUNT").value_or("0"), 0,
-                              1 << 20);
+                              1 << 20, rendezvous_fix("TORCHELASTIC_RESTART_COUNT", 0));
   return env;
 }
 
@@ -147,9 +158,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
 
 NcclTuning nccl_tuning_from_env() {
   NcclTuning t;
-  if (auto v = get_env("LMSCALE_NCCL_MAX_CTAS")) t.max_ctas = env_int("LMSCALE_NCCL_MAX_CTAS", *v, 0, 1024);
-  if (auto v = get_env("LMSCALE_NCCL_MIN_CTAS")) t.min_ctas = env_int("LMSCALE_NCCL_MIN_CTAS", *v, 0, 1024);
-  if (auto v = get_env("LMSCALE_NCCL_HIGH_PRIORITY")) t.high_priority_stream = env_int("LMSCALE_NCCL_HIGH_PRIORITY", *v, 0, 1) == 1;
+  if (auto v = get_env("LMSCALE_NCCL_MAX_CTAS")) t.max_ctas = env_int("LMSCALE_NCCL_MAX_CTAS", *v, 0, 1024, "e.g. LMSCALE_NCCL_MAX_CTAS=16; 0 or unset leaves it to NCCL");
+  if (auto v = get_env("LMSCALE_NCCL_MIN_CTAS")) t.min_ctas = env_int("LMSCALE_NCCL_MIN_CTAS", *v, 0, 1024, "e.g. LMSCALE_NCCL_MIN_CTAS=4; 0 or unset leaves it to NCCL");
+  if (auto v = get_env("LMSCALE_NCCL_HIGH_PRIORITY")) t.high_priority_stream = env_int("LMSCALE_NCCL_HIGH_PRIORITY", *v, 0, 1, "1 for a high-priority stream, 0 or unset for a normal one") == 1;
   TORCH_CHECK(t.min_ctas == 0 || t.max_ctas == 0 || t.min_ctas <= t.max_ctas, "NCCL min CTAs ", t.min_ctas,
               " exceed max CTAs ", t.max_ctas, "; lower the minimum or raise the maximum.");
   return t;

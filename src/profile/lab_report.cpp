@@ -6,9 +6,9 @@
 #include <iostream>
 
 #include "core/device.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "profile/lab_precision.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
@@ -26,6 +26,7 @@ void emit(const std::string& out, const std::string& file, const std::string& ti
 }  // namespace
 
 void run_accumulation_report(int64_t steps, double increment, const std::string& out) {
+  check_output_folder(out);  // before the first measurement, not after it
   MarkdownTable table({"variant", "accumulator", "increment stored as", "added as", "sum", "expected (handout)"});
   std::vector<Json> records;
   for (const auto& r : run_accumulation(steps, increment)) {
@@ -43,6 +44,7 @@ void run_accumulation_report(int64_t steps, double increment, const std::string&
 }
 
 void run_autocast_report(const std::string& device_spec, const std::string& out) {
+  check_output_folder(out);  // before the first measurement, not after it
   std::vector<c10::Device> devices;
   if (device_spec == "all") {
     devices.emplace_back("cpu");

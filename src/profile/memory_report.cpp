@@ -6,11 +6,11 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "core/status.h"
 #include "core/sweep_progress.h"
 #include "profile/memory_run.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace {
@@ -128,6 +128,7 @@ std::string snapshot_section(const MemoryReportOptions& a, c10::Device dev, cons
 }  // namespace
 
 void run_memory_report(const MemoryReportOptions& a) {
+  check_output_folder(a.out);  // before the first measurement, not after it
   const c10::Device dev = resolve_device(a.device);
   set_run_gpu(device_name(dev));
   std::vector<Json> records;

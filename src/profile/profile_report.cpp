@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "core/device.h"
-#include "core/record.h"
-#include "core/results.h"
 #include "profile/profile_summary.h"
+#include "results/table.h"
+#include "results/writer.h"
 
 namespace lmscale {
 

@@ -17,6 +17,7 @@ import house_check
 LAYERS = {
     "core": 0,
     "kernels": 1,
+    "results": 1,
     "ops": 2,
     "model": 3,
     "train": 4,

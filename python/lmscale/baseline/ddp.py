@@ -17,6 +17,7 @@ import contextlib
 import datetime
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -150,6 +151,7 @@ def main(argv=None):
     commit = os.environ.get("LMSCALE_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    run = secrets.token_hex(8)  # this invocation's id (results/SCHEMA.md): unique where a date is not
     command = a.command or " ".join(shlex.quote(x) for x in
                                     ["torchrun", f"--nproc-per-node={world}", "-m", "lmscale.baseline.ddp"] + sys.argv[1:])
     records = []
@@ -185,7 +187,7 @@ def main(argv=None):
                 r = {"schema": SCHEMA_VERSION, "bench": "ddp", "impl": impl, "status": "ok", "size": a.size, "precision": prec, "batch": a.batch,
                      "context": a.context, "world": world, "backend": "nccl" if cuda else "gloo", "metric": metric,
                      "value": value, "unit": unit, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
-                     "commit": commit, "date": date, "command": command, "torch": torch.__version__}
+                     "commit": commit, "date": date, "run": run, "command": command, "torch": torch.__version__}
                 if impl in ("torch-ddp", "torch-ddp-bf16"):
                     r["bucket_mb"] = a.bucket_mb
                     r["comm_dtype"] = "bf16" if impl.endswith("bf16") else "fp32"

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "bench/e2e_ablate.h"
-#include "core/results.h"
+#include "results/reader.h"
 #include "support/run_cli.h"
 
 namespace lmscale {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/results.h"
+#include "results/reader.h"
 #include "support/run_cli.h"
 
 namespace lmscale {

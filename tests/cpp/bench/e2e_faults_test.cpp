@@ -11,7 +11,7 @@
 #include <fstream>
 #include <map>
 
-#include "core/results.h"
+#include "results/reader.h"
 #include "support/run_cli.h"
 
 namespace lmscale {
@@ -98,6 +98,20 @@ TEST(SweepFaults, CaptureAndKernelErrorsAreRecordedAndTheSweepGoesOn) {
   EXPECT_NE(c["lmscale/24"].reason.find("launch failure"), std::string::npos) << c["lmscale/24"].reason;
   EXPECT_EQ(c["lmscale/24"].reason.find('\n'), std::string::npos);  // one line, no backtrace
   EXPECT_TRUE(c["lmscale/32"].measured);  // the config after them still ran
+}
+
+// Issue 29, rows 5 and 6: an injected fault is recorded as injected (the record's injected_fault, and
+// the variable in its command), and the status comes from the fault, not from words in a message.
+TEST(SweepFaults, InjectedFaultsAreRecordedAsInjected) {
+  const std::string dir = temp_dir("injected");
+  auto r = run_cli(std::string(kTiny) + "--context 16,24 --out " + dir, "LMSCALE_INJECT_OOM=tiny:16");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& j : read_jsonl(dir + "/e2e.jsonl")) {
+    const bool injected = j["context"] == 16;
+    EXPECT_EQ(j.value("injected_fault", ""), injected ? "oom" : "") << j.dump();
+    EXPECT_EQ(j["command"].get<std::string>().rfind("LMSCALE_INJECT_OOM=tiny:16 lmscale bench", 0), 0u) << j.dump();
+    EXPECT_EQ(j["status"], injected ? "oom" : "ok") << j.dump();
+  }
 }
 
 TEST(SweepFaults, OutOfMemoryAloneExitsZero) {

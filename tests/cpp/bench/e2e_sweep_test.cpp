@@ -14,7 +14,7 @@
 
 #include "core/process.h"
 #include "core/python_module.h"
-#include "core/results.h"
+#include "results/reader.h"
 #include "support/run_cli.h"
 
 namespace lmscale {

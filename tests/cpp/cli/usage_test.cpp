@@ -37,8 +37,37 @@ INSTANTIATE_TEST_SUITE_P(
                       UsageCase{"account --d-model 1.5", "--d-model"},
                       UsageCase{"launch -n 2 bench comm --backend gloo",
                                 "put `--` before the program's arguments: lmscale launch -n 2 -- bench comm"},
-                      UsageCase{"bench --size custom --d-model 64 --device cpu", "needs --d-ff, --layers, --heads"}),
+                      UsageCase{"bench --size custom --d-model 64 --device cpu", "needs --d-ff, --layers, --heads"},
+                      // Issue 29, row 11: the flag named, the allowed form, exit 2 everywhere.
+                      UsageCase{"bench --context ''", "--context"},
+                      UsageCase{"bench --context abc", "not a whole number >= 1"},
+                      UsageCase{"bench --device nosuch", "cpu, cuda or cuda:N"},
+                      UsageCase{"bench ddp --check-consistency -1", "--check-consistency"},
+                      UsageCase{"bench zero --check-consistency -1", "--check-consistency"},
+                      UsageCase{"report --in /nonexistent-lmscale-folder", "--in /nonexistent-lmscale-folder is not a folder"},
+                      // Row 2: an empty --out would land in the filesystem's root.
+                      UsageCase{"bench --device cpu --size tiny --out ''", "--out '' is empty"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// Settings in the environment are usage errors too (issue 29, rows 5 and 10): refused at start, exit 2,
+// the variable named with the allowed form, and no suggestion that is itself refused.
+TEST(CliUsage, BadEnvironmentSettingsAreRefusedAtStart) {
+  auto r = run_cli("bench --device cpu --size tiny --steps 1 --warmup 0 --out /nonexistent-lmscale/x",
+                   "LMSCALE_INJECT_FAULT=nonsense");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("<fault>@<size>"), std::string::npos) << r.output;
+  r = run_cli("bench --device cpu --size tiny --steps 1 --warmup 0", "LMSCALE_INJECT_FAULT=oom@nosuchsize");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'nosuchsize' is not a model size"), std::string::npos) << r.output;
+  r = run_cli("info", "LMSCALE_INJECT_OOM=tiny:abc");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_cli("launch -n 2 -- bench ddp --backend gloo --size tiny --context 16 --steps 1 --warmup 0 --impl single",
+              "LMSCALE_DIST_TIMEOUT_S=abc");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("LMSCALE_DIST_TIMEOUT_S=abc is not a whole number in [1, 86400]"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("LMSCALE_DIST_TIMEOUT_S=0"), std::string::npos) << "suggests a value it refuses: " << r.output;
+  EXPECT_EQ(r.output.find("RANK/WORLD_SIZE"), std::string::npos) << "an unrelated hint: " << r.output;
+}
 
 TEST(CliUsage, LaunchAcceptsTorchrunsNprocPerNode) {
   const auto r = run_cli("launch --nproc-per-node 2 -- info");

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
 #include "core/fault_injection.h"
 
 using lmscale::FaultSpec;
@@ -38,8 +39,8 @@ class InjectEnv : public ::testing::Test {
 std::string message_of(const std::string& spec) {
   try {
     lmscale::parse_fault_specs(spec);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
+  } catch (const lmscale::UsageError& e) {  // a usage error: the CLI exits 2 for it
+    return e.what();
   }
   return "(no error)";
 }
@@ -58,7 +59,8 @@ TEST(FaultInjection, ParsesEveryFaultWithAndWithoutContext) {
   EXPECT_EQ(specs[2].context, 128);
   EXPECT_EQ(specs[3].fault, InjectedFault::capture_sync);
   EXPECT_EQ(specs[3].size, "2.7B");
-  for (auto f : {InjectedFault::oom, InjectedFault::capture, InjectedFault::error, InjectedFault::capture_sync})
+  for (auto f : {InjectedFault::oom, InjectedFault::capture, InjectedFault::error, InjectedFault::capture_sync,
+                 InjectedFault::diverge})
     EXPECT_EQ(lmscale::parse_fault_specs(lmscale::to_string(f) + "@x")[0].fault, f) << lmscale::to_string(f);
   EXPECT_TRUE(lmscale::parse_fault_specs("").empty());
 }
@@ -82,4 +84,35 @@ TEST_F(InjectEnv, MatchesSizeAndContextFromBothVariablesInOrder) {
   EXPECT_TRUE(lmscale::fault_injected(InjectedFault::capture_sync, "small", 512));
   EXPECT_FALSE(lmscale::fault_injected(InjectedFault::capture_sync, "medium", 512));
   EXPECT_FALSE(lmscale::fault_injected(InjectedFault::oom, "small", 16));
+}
+
+// Issue 29, row 5: the settings are checked at start, so a typo is refused instead of injecting nothing,
+// and the command the records carry names what was injected.
+TEST_F(InjectEnv, SettingsAreCheckedAgainstTheKnownSizesAndShownInTheCommand) {
+  const std::vector<std::string> sizes{"tiny", "small"};
+  EXPECT_NO_THROW(lmscale::check_fault_injection(sizes));
+  EXPECT_EQ(lmscale::fault_injection_prefix(), "");
+  setenv("LMSCALE_INJECT_FAULT", "nonsense", 1);
+  EXPECT_THROW(lmscale::check_fault_injection(sizes), lmscale::UsageError);
+  setenv("LMSCALE_INJECT_FAULT", "oom@nosuchsize", 1);
+  try {
+    lmscale::check_fault_injection(sizes);
+    ADD_FAILURE() << "an unknown size was accepted";
+  } catch (const lmscale::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'nosuchsize' is not a model size"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tiny, small"), std::string::npos) << e.what();
+  }
+  setenv("LMSCALE_INJECT_FAULT", "error@small", 1);
+  setenv("LMSCALE_INJECT_OOM", "tiny:16", 1);
+  EXPECT_NO_THROW(lmscale::check_fault_injection(sizes));
+  EXPECT_EQ(lmscale::fault_injection_prefix(), "LMSCALE_INJECT_OOM=tiny:16 LMSCALE_INJECT_FAULT=error@small ");
+}
+
+// A fault made on purpose carries its kind, so a cell's status never depends on the words of a message.
+TEST(FaultInjection, AnInjectedFailureCarriesItsKind) {
+  const lmscale::InjectedFaultError e(InjectedFault::capture, "CUDA error: anything at all");
+  EXPECT_EQ(e.fault(), InjectedFault::capture);
+  EXPECT_FALSE(lmscale::is_out_of_memory(e));
+  EXPECT_FALSE(lmscale::is_out_of_memory(std::runtime_error("this message says out of memory but is not one")));
+  EXPECT_TRUE(lmscale::is_out_of_memory(std::bad_alloc()));
 }

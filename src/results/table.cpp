@@ -1,5 +1,7 @@
-// Records → one markdown table; see record_table.h.
-#include "core/record_table.h"
+// Markdown tables, and records → one markdown table; see table.h.
+#include "results/table.h"
+
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +9,58 @@
 #include <map>
 #include <set>
 
-#include "core/record.h"
-
 namespace lmscale {
+namespace {
+// Display width of a UTF-8 string (counts code points, so "±" and "×" are one column).
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+}  // namespace
+
+void MarkdownTable::add_row(std::vector<std::string> cells) {
+  TORCH_INTERNAL_ASSERT(cells.size() == headers_.size(), "row has ", cells.size(), " cells, table has ",
+                        headers_.size(), " columns");
+  rows_.push_back(std::move(cells));
+}
+
+std::string MarkdownTable::render() const {
+  std::vector<size_t> w(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    w[c] = std::max<size_t>(3, display_width(headers_[c]));
+    for (const auto& r : rows_) w[c] = std::max(w[c], display_width(r[c]));
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s = "|";
+    for (size_t c = 0; c < cells.size(); ++c) s += " " + cells[c] + std::string(w[c] - display_width(cells[c]), ' ') + " |";
+    return s + "\n";
+  };
+  std::string out = line(headers_);
+  out += "|";
+  for (size_t c = 0; c < headers_.size(); ++c) out += std::string(w[c] + 2, '-') + "|";
+  out += "\n";
+  for (const auto& r : rows_) out += line(r);
+  return out;
+}
+
+std::string fmt(double v, int decimals) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string fmt_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt(b, u == 0 ? 0 : 2) + " " + units[u];
+}
+
 namespace {
 
 // Fields that belong to one metric of a cell, not to the cell: they never make a new row.
@@ -21,10 +72,12 @@ const std::set<std::string>& per_metric_fields() {
 }
 
 // Fields that stay in the records but would only widen the table: the PyTorch baselines' protocol
-// details, and the model's shape where its size names it.
+// details, the CPU a cell ran on (thread count, load: the noise note points at them), and the
+// model's shape where its size names it.
 const std::set<std::string>& detail_fields() {
   static const std::set<std::string> s{"wall_s",           "compile_s",      "graphs_compiled", "compiled_in_timed_steps",
-                                       "warmup_steps_run", "dynamic_shapes", "compile_scope",   "torch_attention"};
+                                       "warmup_steps_run", "dynamic_shapes", "compile_scope",   "torch_attention",
+                                       field::cpu_threads, field::load};
   return s;
 }
 const std::set<std::string>& shape_fields() {
@@ -34,7 +87,7 @@ const std::set<std::string>& shape_fields() {
 
 // The provenance of a run; rows point at the list of runs instead of repeating it.
 const std::vector<std::string>& run_fields() {
-  static const std::vector<std::string> v{field::gpu, field::commit, field::date, field::command};
+  static const std::vector<std::string> v{field::gpu, field::commit, field::date, field::run, field::command};
   return v;
 }
 
@@ -64,6 +117,21 @@ std::string significant(double d, int digits) {
   return buf;
 }
 
+Summary summary_of(const Json& r) {
+  Summary s;
+  s.mean = r.value(field::value, 0.0);
+  s.std = r.value(field::std_dev, 0.0);
+  s.n = r.value(field::n, 0);
+  return s;
+}
+
+// Why a timed metric is not to be trusted (core/stats.h's noise guard), "" when it is.
+std::string noise_of(const Json& r) {
+  const bool timed = r.contains(field::std_dev) && r[field::std_dev].is_number() && r.contains(field::value) &&
+                     r[field::value].is_number() && r.value(field::unit, "") == "ms";
+  return timed ? noise_problem(summary_of(r)) : "";
+}
+
 std::string metric_text(const Json& r) {
   const Json& v = r.value(field::value, Json());
   if (v.is_null()) return r.value(field::status, "-");
@@ -76,6 +144,7 @@ std::string metric_text(const Json& r) {
   // keeps six significant digits, so two curves that differ by 1e-5 do not print alike.
   std::string s = unit == "fraction" ? fmt(d, 3) : timed || !v.is_number_float() ? text(v) : significant(d, 6);
   if (timed) s += " ± " + text(r[field::std_dev]);
+  if (!noise_of(r).empty()) s += " ⚠";
   return s;
 }
 
@@ -93,6 +162,7 @@ std::string cell(std::string s) {
 
 struct Row {
   Json config;                           // the row's fields (scalars only)
+  std::string group;                     // bench/impl/mode: rows that should carry the same metrics
   size_t run = 0;                        // index into the runs
   std::map<std::string, Json> metrics;   // metric -> record
   std::vector<std::string> reasons;
@@ -125,7 +195,9 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     }
     const std::string key = config.dump() + "#" + std::to_string(run_index);
     auto [pos, fresh] = row_of.emplace(key, rows.size());
-    if (fresh) rows.push_back(Row{config, run_index, {}, {}, ""});
+    if (fresh)
+      rows.push_back(Row{config, r.value(field::bench, "") + "/" + r.value(field::impl, "") + "/" + r.value(field::mode, ""),
+                         run_index, {}, {}, ""});
     Row& row = rows[pos->second];
     const std::string metric = r.value(field::metric, "?");
     const std::string status = r.value(field::status, "ok");
@@ -157,6 +229,30 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     else if (f != field::bench)  // the file's name says it
       constant.push_back(f);
   }
+  // A measured cell missing a metric its group's other cells have was cut between two writes (an
+  // older lmscale wrote a cell's records one write() each): marked incomplete, never shown as 0.
+  std::map<std::string, std::set<std::string>> group_metrics;
+  for (const auto& row : rows)
+    if (row.status == "ok")
+      for (const auto& [m, rec] : row.metrics) group_metrics[row.group].insert(m);
+  size_t incomplete = 0, noisy = 0;
+  std::set<std::string> noise_reasons;
+  for (auto& row : rows) {
+    if (row.status != "ok") continue;
+    for (const auto& m : group_metrics[row.group])
+      if (!row.metrics.count(m)) {
+        row.status = "incomplete";
+        ++incomplete;
+        break;
+      }
+    bool row_noisy = false;
+    for (const auto& [m, rec] : row.metrics)
+      if (const std::string why = noise_of(rec); !why.empty()) {
+        row_noisy = true;
+        noise_reasons.insert(why);
+      }
+    noisy += row_noisy;
+  }
   bool any_failure = false, any_reason = false;
   for (const auto& row : rows) {
     any_failure |= row.status != "ok";
@@ -179,7 +275,8 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     if (any_failure) cells.push_back(row.status);
     for (const auto& m : metrics) {
       auto it = row.metrics.find(m);
-      cells.push_back(it == row.metrics.end() ? (row.status == "ok" ? "" : row.status) : cell(metric_text(it->second)));
+      cells.push_back(it == row.metrics.end() ? (row.status == "ok" ? "" : row.status == "incomplete" ? "missing" : row.status)
+                                              : cell(metric_text(it->second)));
     }
     if (runs.size() > 1) cells.push_back(std::to_string(row.run + 1));
     if (any_reason) {
@@ -202,12 +299,24 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     md += ".\n\n";
   }
   md += table.render() + "\n";
+  if (incomplete)
+    md += "**" + std::to_string(incomplete) + " incomplete " + (incomplete == 1 ? "cell" : "cells") +
+          "**: measured, but some of its records are missing (a run cut between two writes); `--resume` measures "
+          "it again.\n\n";
+  if (noisy) {
+    std::string why;
+    for (const auto& w : noise_reasons) why += (why.empty() ? "" : "; ") + w;
+    md += "**⚠ " + std::to_string(noisy) + (noisy == 1 ? " cell is" : " cells are") + " not to be trusted** (" + why +
+          "; the records' cpu_threads and load say what the CPU was doing): measure again on an idle machine with "
+          "at least " + std::to_string(kTrustedSteps) + " timed steps, e.g. the run's command with `--steps 20`.\n\n";
+  }
   md += runs.size() > 1 ? "Runs:\n\n" : "Run: ";
   for (size_t i = 0; i < runs.size(); ++i) {
     const Json& run = runs[i];
     md += (runs.size() > 1 ? std::to_string(i + 1) + ". " : "") + run.value(field::gpu, "?") + " · commit " +
-          run.value(field::commit, "?") + " · " + run.value(field::date, "?") + " · `" + run.value(field::command, "?") +
-          "`\n";
+          run.value(field::commit, "?") + " · " + run.value(field::date, "?") +
+          (run.contains(field::run) ? " · run " + run.value(field::run, "?") : std::string()) + " · `" +
+          run.value(field::command, "?") + "`\n";
   }
   return md;
 }

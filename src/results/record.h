@@ -1,15 +1,32 @@
-// One results schema (docs/results/SCHEMA.md): the field names, written once here, and `Record`,
-// the builder every benchmark writes through. A Record holds the fields one measured cell shares
-// (provenance, config, status); metric() turns it into the JSON Lines record of one metric.
-// normalize_record() is the reader's side: records of older schema versions in today's names.
+// One results schema (docs/results/SCHEMA.md): the field names, written once here, the run's
+// provenance, and `Record`, the one way to build a record. A Record holds the fields one measured
+// cell shares (provenance, config, status); metric() turns it into the JSON Lines record of one
+// metric. Writing is results/writer.h, reading results/reader.h, tables results/table.h.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <string>
 
-#include "core/results.h"
 #include "core/stats.h"
 #include "core/status.h"
 
 namespace lmscale {
+
+using Json = nlohmann::json;
+
+// Provenance shared by every record of one CLI invocation. set_run_command() is called once by the
+// CLI's main; library users who never call it get command "" and the detected commit/date.
+struct RunInfo {
+  std::string command;  // the exact command line, as typed
+  std::string date;     // UTC, ISO 8601, taken once per invocation
+  std::string commit;   // $LMSCALE_COMMIT, else `git rev-parse --short HEAD` of the source tree
+  std::string gpu;      // device name, filled by the benchmark that picks the device
+  std::string run;      // unique per invocation (random, not a timestamp): two runs started in the same
+                        // second, or writing to one folder at once, stay apart
+};
+const RunInfo& run_info();
+void set_run_command(int argc, char** argv);
+void set_run_gpu(const std::string& gpu);
 
 // Version of the records this code writes. Version 1 had no `schema` field (see SCHEMA.md).
 inline constexpr int kSchemaVersion = 2;
@@ -29,6 +46,11 @@ inline constexpr char gpu[] = "gpu";
 inline constexpr char commit[] = "commit";
 inline constexpr char date[] = "date";
 inline constexpr char command[] = "command";
+inline constexpr char run[] = "run";                        // this invocation's id, unique (not a timestamp)
+inline constexpr char cpu_threads[] = "cpu_threads";        // intra-op threads the run used
+inline constexpr char load[] = "load";                      // the machine's 1-minute load average when recorded
+inline constexpr char injected_fault[] = "injected_fault";  // the fault injected on purpose (LMSCALE_INJECT_FAULT)
+inline constexpr char consistency_checks[] = "consistency_checks";  // bench ddp/zero: cross-rank checks passed
 // Statistics of a timed metric (same unit as value, which is the mean).
 inline constexpr char std_dev[] = "std";
 inline constexpr char median[] = "median";
@@ -83,7 +105,8 @@ inline constexpr char kStatusMetric[] = "status";
 
 class Record {
  public:
-  // bench, impl, schema, status ok and the run's provenance (gpu, commit, date, command).
+  // bench, impl, schema, status ok, the run's provenance (gpu, commit, date, command, run) and the
+  // CPU it ran on now (cpu_threads, load: what explains a noisy number).
   Record(const std::string& bench, const std::string& impl);
 
   // Sets one field (a name from lmscale::field, or a bench-specific extra).
@@ -108,13 +131,5 @@ class Record {
  private:
   Json json_;
 };
-
-// A record of bench/impl with config's fields and one metric (the distributed benchmarks, account).
-Json metric_record(const std::string& bench, const std::string& impl, const Json& config,
-                   const std::string& metric, double value, const std::string& unit);
-
-// A record in today's schema: version-1 names (dtype, seq, OOM, message, …; SCHEMA.md lists them)
-// mapped to today's. A record of a newer schema than kSchemaVersion is returned unchanged.
-Json normalize_record(Json record);
 
 }  // namespace lmscale

@@ -1,65 +1,75 @@
-// The record builder and the reader's mapping of older records; see record.h and
-// docs/results/SCHEMA.md.
-#include "core/record.h"
+// The tolerant reader and the mapping of older records; see reader.h and docs/results/SCHEMA.md.
+#include "results/reader.h"
 
+#include <c10/util/Exception.h>
+
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <stdexcept>
 
 namespace lmscale {
+namespace {
 
-Record::Record(const std::string& bench, const std::string& impl) {
-  const RunInfo& r = run_info();
-  json_ = Json{{field::schema, kSchemaVersion}, {field::bench, bench},   {field::impl, impl},
-               {field::status, to_string(Status::ok)}, {field::gpu, r.gpu}, {field::commit, r.commit},
-               {field::date, r.date},                {field::command, r.command}};
+// Calls fn(line, line number) for every non-blank line of a .jsonl file; a missing file throws.
+template <typename Fn>
+void for_each_line(const std::string& path, Fn fn) {
+  std::ifstream f(path);
+  TORCH_CHECK(f, "cannot read ", path, ": no such file (run the benchmark first, or check --in)");
+  std::string line;
+  size_t n = 0;
+  while (std::getline(f, line))
+    if (++n, line.find_first_not_of(" \t\r") != std::string::npos) fn(line, n);
 }
 
-Record& Record::set(const std::string& key, Json value) {
-  json_[key] = std::move(value);
-  return *this;
+}  // namespace
+
+std::vector<Json> read_jsonl(const std::string& path) {
+  std::vector<Json> out;
+  for_each_line(path, [&](const std::string& line, size_t n) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    TORCH_CHECK(!j.is_discarded(), path, ":", n, " is not valid JSON; fix or delete that line");
+    out.push_back(std::move(j));
+  });
+  return out;
 }
 
-Record& Record::update(const Json& fields) {
-  for (auto it = fields.begin(); it != fields.end(); ++it) json_[it.key()] = it.value();
-  return *this;
+std::vector<Json> read_records(const std::string& path, ReadStats* stats, std::ostream* warnings,
+                               std::vector<DamagedLine>* damaged) {
+  std::ostream& warn = warnings ? *warnings : std::cerr;
+  ReadStats local;
+  std::vector<Json> out;
+  for_each_line(path, [&](const std::string& line, size_t n) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    std::string why;
+    if (j.is_discarded())
+      why = "not valid JSON (a line cut short, or not a record)";
+    else if (!j.is_object())
+      why = "not a JSON object";
+    else if (!j.contains("bench") || !j.contains("metric"))
+      why = "a JSON object without bench and metric";
+    if (!why.empty()) {
+      if (++local.skipped <= kWarningsPerFile) warn << "warning: " << path << ":" << n << ": " << why << "; line skipped\n";
+      if (damaged) damaged->push_back({n, line});
+      return;
+    }
+    if (j.contains("schema") && j["schema"].is_number_integer() && j["schema"].get<int64_t>() > kSchemaVersion)
+      ++local.newer;
+    out.push_back(normalize_record(std::move(j)));
+  });
+  local.records = out.size();
+  if (local.skipped > kWarningsPerFile)
+    warn << "warning: " << path << ": " << local.skipped - kWarningsPerFile << " more damaged lines not listed ("
+         << local.skipped << " in all" << (out.empty() ? ", and no record: is it a .jsonl of lmscale records?" : "")
+         << ")\n";
+  if (stats) {
+    stats->records += local.records;
+    stats->skipped += local.skipped;
+    stats->newer += local.newer;
+  }
+  return out;
 }
 
-Record& Record::set_status(Status s, const std::string& reason) {
-  json_[field::status] = to_string(s);
-  if (reason.empty())
-    json_.erase(field::reason);
-  else
-    json_[field::reason] = reason;
-  return *this;
-}
-
-Record& Record::set_status(const std::string& word, const std::string& reason) {
-  return set_status(status_from_string(word), reason);
-}
-
-Status Record::status() const { return status_from_string(json_.at(field::status).get<std::string>()); }
-
-Json Record::metric(const std::string& name, Json value, const std::string& unit) const {
-  Json j = json_;
-  j[field::metric] = name;
-  j[field::value] = std::move(value);
-  j[field::unit] = unit;
-  return j;
-}
-
-Json Record::metric(const std::string& name, const Summary& s, const std::string& unit) const {
-  Json j = metric(name, s.mean, unit);
-  j.update(Json{{field::std_dev, s.std}, {field::median, s.median}, {field::min, s.min}, {field::max, s.max},
-                {field::n, s.n}});
-  return j;
-}
-
-Json Record::failure() const { return metric(kStatusMetric, nullptr, ""); }
-
-Json metric_record(const std::string& bench, const std::string& impl, const Json& config, const std::string& metric,
-                   double value, const std::string& unit) {
-  return Record(bench, impl).update(config).metric(metric, value, unit);
-}
 
 namespace {
 

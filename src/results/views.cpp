@@ -1,5 +1,5 @@
-// Named tables of a results folder; see record_views.h.
-#include "core/record_views.h"
+// Named tables of a results folder; see views.h.
+#include "results/views.h"
 
 #include <c10/util/Exception.h>
 

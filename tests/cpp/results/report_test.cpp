@@ -8,9 +8,8 @@
 #include <sstream>
 
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/record_table.h"
-#include "core/results.h"
+#include "results/reader.h"
+#include "results/table.h"
 #include "support/run_cli.h"
 
 namespace lmscale {
@@ -102,7 +101,7 @@ TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
   EXPECT_EQ(attention[0]["precision"], "fp32");
   EXPECT_NE(r.output.find(root + "/run2/attention.jsonl:2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(root + "/run2/garbage.jsonl:1"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("2 damaged lines skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 damaged lines of --in folders skipped"), std::string::npos) << r.output;
   const std::string index = read_text(out + "/index.md");
   EXPECT_NE(index.find("(ddp.md)"), std::string::npos) << index;
   EXPECT_NE(index.find("(attention.md)"), std::string::npos) << index;
@@ -110,8 +109,55 @@ TEST(Report, RebuildsTablesFromMergedRecordsOfTwoFolders) {
   // Running it again adds nothing.
   r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/run2", "--out", out, "--no-plots"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("report: 0 new records"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", 0 merged from --in"), std::string::npos) << r.output;
   EXPECT_EQ(read_jsonl(out + "/ddp.jsonl").size(), 3u);
+}
+
+// Issue 29, rows 1, 9 and 13: report never deletes. A damaged line of the output folder (two records
+// glued together, a merge-conflict block) is moved to <file>.damaged, named, and the summary counts
+// what was kept, moved and merged; an --in folder with no records is warned about; a link in an --in
+// folder is never followed; a binary .jsonl gives a handful of warnings and a count, not thousands.
+TEST(Report, NeverDeletesALineAndSaysWhatItDid) {
+  const std::string root = temp_dir("report-keep");
+  const std::string out = root + "/out";
+  std::string records;
+  for (int i = 0; i < 10; ++i) records += ddp_line("GPU-A", "lmscale-" + std::to_string(i), 10 + i);
+  const std::string glued = ddp_line("GPU-A", "lmscale-g1", 1);
+  const std::string damaged = glued.substr(0, glued.size() - 1) + ddp_line("GPU-A", "lmscale-g2", 2);
+  const std::string conflict = "<<<<<<< HEAD\n";
+  write_file(out + "/ddp.jsonl", records.substr(0, records.size() / 2) + damaged + conflict + records.substr(records.size() / 2));
+  write_file(root + "/run1/ddp.jsonl", ddp_line("GPU-B", "lmscale-new", 5));
+  write_file(root + "/norecords/notes.txt", "no records here\n");
+  write_file(root + "/secret/key.json", "{\"secret\": 42}\n");
+  ::symlink((root + "/secret/key.json").c_str(), (root + "/run1/.hidden.json").c_str());
+  ::symlink((root + "/secret/key.json").c_str(), (root + "/run1/link.jsonl").c_str());
+  std::string binary;
+  for (int i = 0; i < 4000; ++i) binary += std::string("\x7f\x45\x4c\x46\x02\x01") + char('a' + i % 26) + "\n";
+  write_file(root + "/binary/blob.jsonl", binary);
+
+  auto r = run_cli_argv({"report", "--in", root + "/run1", "--in", root + "/norecords", "--in", root + "/binary",
+                         "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The damaged lines are kept, beside the file, and named; none is lost.
+  EXPECT_NE(r.output.find("2 damaged lines of " + out + "/ddp.jsonl moved to " + out + "/ddp.jsonl.damaged"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(read_text(out + "/ddp.jsonl.damaged"), damaged + conflict);
+  EXPECT_EQ(read_jsonl(out + "/ddp.jsonl").size(), 11u);  // 10 kept + 1 merged
+  EXPECT_NE(r.output.find("10 records kept from"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 merged from --in, 2 damaged lines moved aside"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--in " + root + "/norecords holds no records"), std::string::npos) << r.output;
+  // Links are skipped, their targets never read or copied.
+  EXPECT_NE(r.output.find("skipped " + root + "/run1/.hidden.json: a link"), std::string::npos) << r.output;
+  EXPECT_FALSE(exists(out + "/.hidden.json"));
+  EXPECT_EQ(read_text(out + "/ddp.jsonl").find("secret"), std::string::npos);
+  // The binary file: a few warnings and a count.
+  size_t warnings = 0;
+  for (size_t at = 0; (at = r.output.find("blob.jsonl:", at)) != std::string::npos; ++at)
+    warnings += std::isdigit(static_cast<unsigned char>(r.output[at + 11])) != 0;  // file:line warnings only
+  EXPECT_EQ(warnings, kWarningsPerFile) << r.output;
+  EXPECT_NE(r.output.find("more damaged lines not listed (4000 in all, and no record"), std::string::npos) << r.output;
+  // The index names the .damaged file for what it is.
+  EXPECT_NE(read_text(out + "/index.md").find("ddp.jsonl.damaged"), std::string::npos);
 }
 
 // tables.json names tables that select records (one GPU, one run); report rebuilds them, says which
@@ -159,7 +205,7 @@ TEST(Report, NamedTablesAreSelectionsAndTheIndexMarksPagesWithoutRecords) {
   // Run again from the output folder alone: the same tables.
   const auto again = run_cli_argv({"report", "--in", out, "--out", out, "--no-plots"});
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_NE(again.output.find("0 new records"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find(", 0 merged from --in"), std::string::npos) << again.output;
   EXPECT_EQ(read_text(out + "/ddp_gpu_b.md"), b);
 }
 
@@ -172,7 +218,8 @@ TEST(Report, RecordsOfTheOutputFolderAreRewrittenInTodaysNames) {
              "\n");
   const auto r = run_cli_argv({"report", "--in", out, "--out", out, "--no-plots"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("0 new records"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", 0 merged from --in"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("holds no records"), std::string::npos) << r.output;  // its records are the output's
   const auto records = read_jsonl(out + "/attention.jsonl");
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0]["context"], 64);

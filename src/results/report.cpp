@@ -1,5 +1,5 @@
-// Merging result folders into one; see record_report.h.
-#include "core/record_report.h"
+// Merging result folders into one; see report.h.
+#include "results/report.h"
 
 #include <c10/util/Exception.h>
 
@@ -11,10 +11,12 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/python_module.h"
-#include "core/record.h"
-#include "core/record_table.h"
-#include "core/record_views.h"
+#include "results/reader.h"
+#include "results/table.h"
+#include "results/views.h"
+#include "results/writer.h"
 
 namespace lmscale {
 namespace fs = std::filesystem;
@@ -60,7 +62,7 @@ std::vector<std::string> draw_plots(const fs::path& out, std::string* problem) {
 
 std::string run_count(const std::vector<Json>& records) {
   std::set<std::string> runs;
-  for (const auto& r : records) runs.insert(r.value("date", "?") + r.value("command", "?"));
+  for (const auto& r : records) runs.insert(r.contains("run") ? r.value("run", "?") : r.value("date", "?") + r.value("command", "?"));
   return std::to_string(runs.size()) + (runs.size() == 1 ? " run" : " runs");
 }
 
@@ -81,6 +83,7 @@ std::string kind_of_other(const std::string& name) {
   const std::string ext = fs::path(name).extension().string();
   if (ext == ".md") return "page written by hand or by a command, not from records (no records behind it)";
   if (ext == ".log" || ext == ".txt") return "log of a run (no records behind it)";
+  if (ext == ".damaged") return "lines of a records file that are not records, moved aside by `lmscale report` (mend them by hand)";
   return "not made by `lmscale report`";
 }
 
@@ -151,37 +154,74 @@ std::string view_page(const TableView& v, const std::vector<Json>& selected) {
   return md;
 }
 
+// The damaged lines of an output folder's records file, moved to <file>.damaged beside it (appended
+// to what an earlier report moved there) before the file is rewritten without them: report never
+// deletes a line. Returns the .damaged file's path.
+std::string keep_damaged(const fs::path& jsonl, const std::vector<DamagedLine>& damaged) {
+  const fs::path aside = jsonl.string() + ".damaged";
+  std::string text = fs::exists(aside) ? read_file(aside) : "";
+  if (!text.empty() && text.back() != '\n') text += "\n";
+  for (const auto& d : damaged) text += d.text + "\n";
+  return write_text(aside.string(), text);
+}
+
 }  // namespace
 
 ReportSummary write_report(const ReportOptions& o) {
-  TORCH_CHECK(!o.inputs.empty(), "no --in folder: pass the --out folder of one or more benchmark runs");
+  if (o.inputs.empty()) throw UsageError("report needs --in: pass the --out folder of one or more benchmark runs");
   for (const auto& in : o.inputs)
-    TORCH_CHECK(fs::is_directory(in), "--in ", in, " is not a folder: pass the --out folder of a benchmark run");
-  std::error_code ec;
-  fs::create_directories(o.out, ec);
-  TORCH_CHECK(!ec, "cannot create --out ", o.out, ": ", ec.message());
+    if (!fs::is_directory(in))
+      throw UsageError("--in " + in + " is not a folder: pass the --out folder of a benchmark run (e.g. --in results)");
+  check_output_folder(o.out, "--out");
   const fs::path out = fs::canonical(o.out);
   ReportSummary s;
   ReadStats stats;
   std::map<std::string, Merged> merged;
+  std::set<std::string> rewrite;  // stems whose file loses its damaged lines (moved aside)
 
-  // What the output folder already holds comes first, so running report twice adds nothing.
-  for (const auto& e : fs::directory_iterator(out))
-    if (e.is_regular_file() && e.path().extension() == ".jsonl")
-      for (auto& r : read_records(e.path().string(), &stats)) merged[e.path().stem().string()].add(std::move(r));
+  // What the output folder already holds comes first, so running report twice adds nothing. A line
+  // there that is not a record is moved aside, never dropped (the file is rewritten below).
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (!e.is_regular_file() || e.is_symlink() || e.path().extension() != ".jsonl") continue;
+    std::vector<DamagedLine> damaged;
+    for (auto& r : read_records(e.path().string(), &stats, nullptr, &damaged)) {
+      merged[e.path().stem().string()].add(std::move(r));
+      ++s.kept_records;
+    }
+    if (damaged.empty()) continue;
+    const std::string aside = keep_damaged(e.path(), damaged);
+    s.moved_lines += damaged.size();
+    s.damaged_files.push_back(fs::path(aside).filename().string());
+    std::cerr << "report: " << damaged.size() << " damaged " << (damaged.size() == 1 ? "line" : "lines") << " of "
+              << e.path().string() << " moved to " << aside << " (kept as they were; mend them and run report again)\n";
+    rewrite.insert(e.path().stem().string());
+  }
 
   for (const auto& in : o.inputs) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::recursive_directory_iterator(in))
+    for (const auto& e : fs::recursive_directory_iterator(in)) {
+      if (e.is_symlink()) {
+        // A link may point anywhere (outside the folder, at a secret): its target is never read.
+        std::error_code ec;
+        std::cerr << "report: skipped " << e.path().string() << ": a link (to " << fs::read_symlink(e.path(), ec).string()
+                  << "); copy the file itself into the folder to merge it\n";
+        continue;
+      }
       if (e.is_regular_file()) files.push_back(e.path());
+    }
     std::sort(files.begin(), files.end());
+    size_t records_in = 0;
     for (const auto& p : files) {
       if (fs::equivalent(p.parent_path(), out)) continue;
       if (p.extension() == ".jsonl") {
         // Records merge by file name (they carry their own provenance): two ddp folders make one table.
         Merged& m = merged[p.stem().string()];
-        size_t added = 0;
-        for (auto& r : read_records(p.string(), &stats)) added += m.add(std::move(r));
+        size_t added = 0, read = 0;
+        for (auto& r : read_records(p.string(), &stats)) {
+          added += m.add(std::move(r));
+          ++read;
+        }
+        records_in += read;
         m.added += added;
         s.new_records += added;
         std::cout << p.string() << ": " << added << " new records"
@@ -194,6 +234,12 @@ ReportSummary write_report(const ReportOptions& o) {
         std::cout << p.string() << " → " << (out / rel).string() << "\n";
       }
     }
+    std::error_code same_ec;
+    if (records_in == 0 && !(fs::equivalent(in, out, same_ec) && s.kept_records > 0)) {
+      std::cerr << "report: warning: --in " << in << " holds no records (no line of a .jsonl file in it is a record): "
+                << "is it the --out folder of a benchmark run?\n";
+      s.empty_inputs.push_back(in);
+    }
   }
 
   for (auto& [stem, m] : merged) {
@@ -202,7 +248,8 @@ ReportSummary write_report(const ReportOptions& o) {
     std::string text;
     for (const auto& r : m.records) text += r.dump() + "\n";
     const fs::path jsonl = out / (stem + ".jsonl");
-    if (m.added || (!m.records.empty() && read_file(jsonl) != text)) write_text(jsonl.string(), text);
+    if (m.added || rewrite.count(stem) || (!m.records.empty() && read_file(jsonl) != text))
+      write_text(jsonl.string(), text);
     if (m.records.empty()) continue;
     const std::string table = stem + ".md";
     write_text((out / table).string(),
@@ -250,14 +297,21 @@ ReportSummary write_report(const ReportOptions& o) {
   }
   std::sort(s.other.begin(), s.other.end());
   write_text((out / "index.md").string(), index_page(out, s, merged, views));
-  std::cout << "report: " << s.new_records << " new records, " << s.tables.size() << " tables, "
-            << s.named_tables.size() << " named tables, " << s.plots.size()
+  std::cout << "report: " << s.kept_records << " records kept from " << out.string() << ", " << s.new_records
+            << " merged from --in, " << s.moved_lines << " damaged lines moved aside"
+            << (s.damaged_files.empty() ? std::string() : " (" + [&] {
+                 std::string f;
+                 for (const auto& d : s.damaged_files) f += (f.empty() ? "" : ", ") + d;
+                 return f;
+               }() + ")")
+            << "; " << s.tables.size() << " tables, " << s.named_tables.size() << " named tables, " << s.plots.size()
             << " plots, index " << (out / "index.md").string() << "\n";
   if (s.newer_records)
     std::cout << "report: " << s.newer_records
               << " records of a newer schema passed through unchanged (a newer lmscale reads them fully)\n";
-  if (s.skipped_lines)
-    std::cerr << "report: " << s.skipped_lines << " damaged lines skipped (see the warnings above)\n";
+  if (s.skipped_lines > s.moved_lines)
+    std::cerr << "report: " << s.skipped_lines - s.moved_lines
+              << " damaged lines of --in folders skipped (see the warnings above; those files are left as they are)\n";
   return s;
 }
 

@@ -1,7 +1,6 @@
-// Results that cannot be lost silently: the record builder's schema, old records read in today's
-// names, a failing disk (injected, and a real tiny tmpfs when this runs as root) leaving only whole
-// lines and an error naming the path, concurrent writers never interleaving, and readers that skip
-// damaged lines with file:line and go on.
+// Results that cannot be lost silently: a failing disk (injected, and a real tiny tmpfs when this
+// runs as root) leaves only whole lines and an error naming the path; concurrent writers never
+// interleave a line; pages are replaced whole or not at all.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -11,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/process.h"
-#include "core/record.h"
-#include "core/results.h"
+#include "results/writer.h"
 #include "support/run_cli.h"
 
 namespace lmscale {
@@ -44,58 +43,6 @@ struct WriteHookGuard {
   ~WriteHookGuard() { set_write_hook({}); }
 };
 
-TEST(Record, CarriesSchemaStatusProvenanceAndMetric) {
-  Record r("e2e", "lmscale");
-  r.set(field::context, 128).set(field::precision, "bf16");
-  Summary s;
-  s.mean = 2.5;
-  s.std = 0.1;
-  s.n = 5;
-  const Json j = r.metric("step_ms", s, "ms");
-  EXPECT_EQ(j[field::schema], kSchemaVersion);
-  EXPECT_EQ(j[field::status], "ok");
-  EXPECT_FALSE(j.contains(field::reason));
-  EXPECT_EQ(j[field::value], 2.5);
-  EXPECT_EQ(j[field::std_dev], 0.1);
-  EXPECT_EQ(j[field::n], 5);
-  EXPECT_EQ(j[field::context], 128);
-  for (const char* k : {field::gpu, field::commit, field::date, field::command}) EXPECT_TRUE(j.contains(k)) << k;
-
-  const Json f = r.set_status(Status::oom, "CUDA out of memory").failure();
-  EXPECT_EQ(f[field::status], "oom");
-  EXPECT_EQ(f[field::reason], "CUDA out of memory");
-  EXPECT_EQ(f[field::metric], kStatusMetric);
-  EXPECT_TRUE(f[field::value].is_null());
-  EXPECT_EQ(Record("x", "y").set_status("OOM").status(), Status::oom);  // old spelling read once
-}
-
-TEST(Record, OldRecordsReadInTodaysNames) {
-  const Json attention = normalize_record(Json::parse(
-      R"({"bench":"attention","impl":"torch-naive","seq":256,"dtype":"bf16","metric":"fwd_ms","value":null,
-          "unit":"ms","status":"OOM","error":"CUDA out of memory"})"));
-  EXPECT_EQ(attention[field::context], 256);
-  EXPECT_EQ(attention[field::precision], "bf16");
-  EXPECT_FALSE(attention.contains("seq"));
-  EXPECT_FALSE(attention.contains("dtype"));
-  EXPECT_EQ(attention[field::status], "oom");
-  EXPECT_EQ(attention[field::reason], "CUDA out of memory");
-  EXPECT_EQ(attention[field::schema], kSchemaVersion);
-
-  const Json ddp = normalize_record(Json::parse(
-      R"({"bench":"ddp","impl":"lmscale-naive","metric":"step_time","value":12.5,"unit":"ms"})"));
-  EXPECT_EQ(ddp[field::metric], "step_ms");
-  EXPECT_EQ(ddp[field::status], "ok");
-  const Json zero = normalize_record(Json::parse(R"({"bench":"zero","metric":"peak_allocated","value":8,"unit":"B"})"));
-  EXPECT_EQ(zero[field::unit], "bytes");
-  const Json lab = normalize_record(Json::parse(R"({"bench":"lab","metric":"error","value":"no CUDA","unit":""})"));
-  EXPECT_EQ(lab[field::status], "error");
-  EXPECT_EQ(lab[field::reason], "no CUDA");
-  EXPECT_TRUE(lab[field::value].is_null());
-
-  const Json newer = Json::parse(R"({"schema":99,"bench":"e2e","metric":"m","value":1,"dtype":"kept","future":[1]})");
-  EXPECT_EQ(normalize_record(newer), newer);  // passed through untouched, never dropped
-}
-
 TEST(ResultsWriter, AppendsWholeLines) {
   const std::string path = temp_dir("writer") + "/sub/r.jsonl";  // the folder is created
   append_jsonl(path, some_records(3));
@@ -105,20 +52,21 @@ TEST(ResultsWriter, AppendsWholeLines) {
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << l;
 }
 
-TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
+TEST(ResultsWriter, DiskFullLeavesWholeCellsAndSaysWhatWasLost) {
   WriteHookGuard guard;
   const std::string path = temp_dir("full") + "/e2e.jsonl";
   append_jsonl(path, some_records(2));
-  // The disk takes two more lines, then half of the third, then nothing.
+  // The disk takes one more cell, then half of the next one, then nothing.
   int calls = 0;
   set_write_hook([&](int fd, const void* data, size_t size) -> long {
     ++calls;
-    if (calls <= 2) return ::write(fd, data, size);
-    if (calls == 3) return ::write(fd, data, size / 2);
+    if (calls == 1) return ::write(fd, data, size);
+    if (calls == 2) return ::write(fd, data, size / 2);
     errno = ENOSPC;
     return -1;
   });
   const int failures = result_write_failures();
+  append_jsonl(path, some_records(3));
   try {
     append_jsonl(path, some_records(5));
     FAIL() << "a full disk must not pass silently";
@@ -126,14 +74,52 @@ TEST(ResultsWriter, DiskFullLeavesWholeLinesAndSaysWhatWasLost) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
     EXPECT_NE(msg.find("ENOSPC"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("3 of 5 records not written"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("5 of 5 records not written"), std::string::npos) << msg;
   }
   EXPECT_EQ(result_write_failures(), failures + 1);
   set_write_hook({});
   const auto lines = lines_of(path);
-  EXPECT_EQ(lines.size(), 4u);  // 2 + 2 whole lines; the half line was cut off
+  EXPECT_EQ(lines.size(), 5u);  // 2 + 3 whole lines; the half cell was cut off whole
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << "a partial line was left: " << l;
   EXPECT_EQ(read_text(path).back(), '\n');
+}
+
+// Issue 29, row 12: the records of one call (one cell) leave in one write(), so a run cut at any
+// moment keeps the whole cell or none of it.
+TEST(ResultsWriter, OneCellIsOneWrite) {
+  WriteHookGuard guard;
+  const std::string path = temp_dir("one-write") + "/e2e.jsonl";
+  int calls = 0;
+  set_write_hook([&](int fd, const void* data, size_t size) -> long {
+    ++calls;
+    return ::write(fd, data, size);
+  });
+  append_jsonl(path, some_records(9));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(lines_of(path).size(), 9u);
+}
+
+// Issue 29, rows 2 and 16: an output folder that cannot hold results is refused before anything is
+// measured, naming the flag and the fix.
+TEST(ResultsWriter, OutputFolderIsCheckedFirst) {
+  const std::string dir = temp_dir("outcheck");
+  auto message = [](const std::string& out) -> std::string {
+    try {
+      check_output_folder(out, "--out");
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message("").find("--out '' is empty"), std::string::npos) << message("");
+  EXPECT_NE(message("  ").find("is empty"), std::string::npos);
+  std::ofstream(dir + "/a-file") << "x";
+  EXPECT_NE(message(dir + "/a-file").find("is a file, not a folder"), std::string::npos) << message(dir + "/a-file");
+  // A folder below a file cannot be made, whoever runs the test (root included).
+  EXPECT_NE(message(dir + "/a-file/sub").find("cannot create the folder"), std::string::npos) << message(dir + "/a-file/sub");
+  EXPECT_EQ(message(dir + "/new/results"), "");
+  const auto ls = run_process({"ls", "-A", dir + "/new/results"}, ProcessOptions{true});
+  EXPECT_EQ(ls.output, "") << "the write check left a file behind";
 }
 
 TEST(ResultsWriter, IoErrorIsNamed) {
@@ -228,44 +214,6 @@ TEST(ResultsWriter, RunExitsNonZeroWhenItsRecordsCannotBeWritten) {
   EXPECT_NE(r.output.find(dir + "/e2e.jsonl"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ENOSPC"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("wrote "), std::string::npos) << "claims to have written results:\n" << r.output;
-}
-
-TEST(ResultsReader, SkipsDamagedLinesNamingThemAndGoesOn) {
-  const std::string dir = temp_dir("reader");
-  const std::string path = dir + "/e2e.jsonl";
-  const std::string good = some_records(1)[0].dump();
-  {
-    std::ofstream f(path);
-    f << good << "\n"
-      << "garbage\n"
-      << "\n"
-      << "[1,2]\n"
-      << good << "\n"
-      << R"({"schema":99,"bench":"e2e","metric":"new","value":1})" << "\n"
-      << R"({"attention":"naive","batch":4,"bench)";  // a line cut by a full disk
-  }
-  std::ostringstream warnings;
-  ReadStats stats;
-  const auto records = read_records(path, &stats, &warnings);
-  EXPECT_EQ(records.size(), 3u);
-  EXPECT_EQ(stats.records, 3u);
-  EXPECT_EQ(stats.skipped, 3u);
-  EXPECT_EQ(stats.newer, 1u);
-  EXPECT_NE(warnings.str().find(path + ":2:"), std::string::npos) << warnings.str();
-  EXPECT_NE(warnings.str().find(path + ":4:"), std::string::npos) << warnings.str();
-  EXPECT_NE(warnings.str().find(path + ":7:"), std::string::npos) << warnings.str();
-  EXPECT_EQ(records[2]["schema"], 99);  // kept as written
-
-  std::ofstream(dir + "/empty.jsonl").close();
-  ReadStats none;
-  EXPECT_TRUE(read_records(dir + "/empty.jsonl", &none, &warnings).empty());
-  EXPECT_EQ(none.skipped, 0u);
-  EXPECT_THROW(read_records(dir + "/missing.jsonl"), std::exception);
-}
-
-TEST(RunCommand, IsQuotedSoItCanBePastedBack) {
-  EXPECT_EQ(display_command({"lmscale", "report", "--out", "a b", "it's"}),
-            "lmscale report --out 'a b' 'it'\\''s'");
 }
 
 }  // namespace

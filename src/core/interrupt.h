@@ -1,0 +1,48 @@
+// SIGTERM and SIGINT end a run cleanly (issue 29): the subprocesses run_process started get the same
+// signal and are waited for (and die with lmscale anyway: PR_SET_PDEATHSIG, core/process.cpp), the
+// temporary files registered here are removed, and one line on stderr says what was kept and how to
+// go on (set_interrupt_note); the process then exits 128 + the signal. Records are appended one whole
+// cell per write() and pages renamed into place (results/writer.h), so stopping at any instruction
+// loses at most the cell in progress. Everything the handler touches is async-signal-safe.
+#pragma once
+#include <sys/types.h>
+
+#include <string>
+
+namespace lmscale {
+
+// Installs the handlers (lmscale's main does, once). A second signal while the first is handled
+// ends the process at once (the default action).
+void install_interrupt_handlers();
+
+// The line's text after "stopped by SIGTERM: " ("12 of 16 cells kept in results/e2e.jsonl; continue
+// with: lmscale bench ... --resume"); "" for none. Copied; safe to call as often as a cell ends.
+void set_interrupt_note(const std::string& note);
+
+// Holds SIGTERM/SIGINT back while alive: a signal that comes meanwhile ends the run when the outermost
+// holder goes, so what the stop line says and what is on disk agree (a cell appended and counted).
+class DeferInterrupts {
+ public:
+  DeferInterrupts();
+  ~DeferInterrupts();
+  DeferInterrupts(const DeferInterrupts&) = delete;
+  DeferInterrupts& operator=(const DeferInterrupts&) = delete;
+};
+
+// A subprocess the handler signals and waits for (run_process registers each child it starts).
+void register_child(pid_t pid);
+void unregister_child(pid_t pid);
+
+// A temporary file the handler removes; registered for the guard's life.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(const std::string& path);
+  ~TempFileGuard();
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+}  // namespace lmscale
