@@ -1,6 +1,6 @@
 // Runs the training step under libtorch's own Kineto profiler (no nsys needed) and returns the
-// kernel table of each phase: forward, backward and optimizer are each profiled in their own
-// profiler window with a device sync between them, so every kernel belongs to exactly one phase.
+// kernel table of each phase the mode runs: forward, backward and optimizer are each profiled in
+// their own profiler window with a device sync between them, so every kernel belongs to one phase.
 // Aggregation is bench/profile_summary; tables and files are written by src/cli/profile.cpp.
 #pragma once
 #include <string>
