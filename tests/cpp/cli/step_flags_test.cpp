@@ -13,11 +13,19 @@ namespace {
 
 using testing::run_cli;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
+// Runs `lmscale <args> --out DIR` in a fresh folder; the output and what it wrote to DIR/<records>.
+struct CliRun {
+  testing::CliResult cli;
+  std::string records;
+};
+CliRun run_into(const std::string& name, const std::string& args, const std::string& records) {
+  const std::string dir = testing::temp_dir(name);
+  CliRun r{run_cli(args + " --out " + dir), ""};
+  std::ifstream f(dir + "/" + records);
   std::stringstream s;
   s << f.rdbuf();
-  return s.str();
+  r.records = s.str();
+  return r;
 }
 
 TEST(StepFlags, EveryModelSubcommandTakesTheSharedFlagsAndStatesTheDefaultStep) {
@@ -42,34 +50,29 @@ TEST(StepFlags, DistributedBenchmarksSayWhyTheyRunTheTrainStepOnly) {
 }
 
 TEST(StepFlags, ProfileModeChoosesThePhases) {
-  const std::string dir = testing::temp_dir("profile-mode");
-  const auto r = run_cli("profile --device cpu --size tiny --context 16 --mode forward-backward --warmup 0 --steps 1 "
-                         "--out " + dir);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("## forward:"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("## backward:"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("## optimizer:"), std::string::npos) << r.output;
-  EXPECT_NE(read_file(dir + "/profile.jsonl").find("\"mode\":\"forward-backward\""), std::string::npos);
+  const CliRun r = run_into("profile-mode", "profile --device cpu --size tiny --context 16 --mode forward-backward "
+                         "--warmup 0 --steps 1", "profile.jsonl");
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.output;
+  EXPECT_NE(r.cli.output.find("## forward:"), std::string::npos) << r.cli.output;
+  EXPECT_NE(r.cli.output.find("## backward:"), std::string::npos) << r.cli.output;
+  EXPECT_EQ(r.cli.output.find("## optimizer:"), std::string::npos) << r.cli.output;
+  EXPECT_NE(r.records.find("\"mode\":\"forward-backward\""), std::string::npos) << r.records;
 }
 
 TEST(StepFlags, ReferenceRunsTheFp32NaiveStep) {
-  const std::string dir = testing::temp_dir("reference-step");
-  const auto r = run_cli("bench --device cpu --size tiny --context 8 --mode forward --warmup 0 --steps 1 --reference "
-                         "--out " + dir);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string records = read_file(dir + "/e2e.jsonl");
+  const CliRun r = run_into("reference-step", "bench --device cpu --size tiny --context 8 --mode forward --warmup 0 "
+                         "--steps 1 --reference", "e2e.jsonl");
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.output;
   for (const char* field : {"\"precision\":\"fp32\"", "\"attention\":\"naive\"", "\"cuda_graph\":false"})
-    EXPECT_NE(records.find(field), std::string::npos) << field << "\n" << records;
+    EXPECT_NE(r.records.find(field), std::string::npos) << field << "\n" << r.records;
 }
 
 TEST(StepFlags, MemoryTakesWarmupAndSteps) {
-  const std::string dir = testing::temp_dir("memory-steps");
-  const auto r = run_cli("memory --device cpu --size tiny --context 8 --precision fp32 --mode forward --warmup 2 "
-                         "--steps 3 --no-snapshot --no-plot --out " + dir);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string records = read_file(dir + "/memory.jsonl");
-  EXPECT_NE(records.find("\"warmup\":2"), std::string::npos) << records;
-  EXPECT_NE(records.find("\"steps\":3"), std::string::npos) << records;
+  const CliRun r = run_into("memory-steps", "memory --device cpu --size tiny --context 8 --precision fp32 --mode forward "
+                         "--warmup 2 --steps 3 --no-snapshot --no-plot", "memory.jsonl");
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.output;
+  EXPECT_NE(r.records.find("\"warmup\":2"), std::string::npos) << r.records;
+  EXPECT_NE(r.records.find("\"steps\":3"), std::string::npos) << r.records;
 }
 
 }  // namespace
