@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/process.h"
