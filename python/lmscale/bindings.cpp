@@ -1,5 +1,5 @@
 // lmscale._C: the pybind11 half of the Python package. Hands a torch.distributed process group to
-// the C++ DDP of src/distributed/ddp.h and exposes ZeRO's shard math (src/distributed/zero.h). The attention ops
+// the C++ DDP of src/distributed/ddp.h and exposes ZeRO's shard math (src/distributed/sharded_optimizer.h). The attention ops
 // need no binding: liblmscale registers torch.ops.lmscale.* itself (see lmscale/__init__.py).
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/extension.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "distributed/ddp.h"
-#include "distributed/zero.h"
+#include "distributed/sharded_optimizer.h"
 
 namespace py = pybind11;
 namespace distributed = lmscale::distributed;

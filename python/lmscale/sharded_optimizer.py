@@ -2,11 +2,11 @@
 the optimizer over the parameters it owns only (so it holds only their state); step() updates
 them and broadcasts each parameter from its owner.
 
-Why Python and not the C++ ShardedOptimizer of src/distributed/zero.h: that class wraps libtorch's C++
+Why Python and not the C++ ShardedOptimizer of src/distributed/sharded_optimizer.h: that class wraps libtorch's C++
 optimizers (built by an OptimizerFactory), and a Python optimizer class such as torch.optim.AdamW
 has no C++ counterpart to hand it. What does carry over is the C++ ownership rule
-(lmscale._C.owner_by_size, the one zero.h's mode 1 uses), so both languages shard alike.
-Why whole parameters (zero.h's mode 1) and not even slices of a flat buffer (mode 2): a rank then
+(lmscale._C.owner_by_size, the one sharded_optimizer.h's mode 1 uses), so both languages shard alike.
+Why whole parameters (sharded_optimizer.h's mode 1) and not even slices of a flat buffer (mode 2): a rank then
 runs the unmodified optimizer on unmodified parameters, which keeps *any* optimizer bit-identical
 to the unsharded one, including ones that are not elementwise (torch.optim.Adafactor's row/column
 statistics would change if a parameter were cut in two).

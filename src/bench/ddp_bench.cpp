@@ -226,7 +226,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                     const char* metric, double value, const char* unit, const Json& extra = Json::object()) {
     Json config{{field::size, o.size},       {field::precision, prec},     {field::batch, o.batch},
                 {field::context, o.context}, {field::world, g.world_size}, {field::backend, backend},
-                {field::device, device_name(g.device)},                 {field::fused, true},
+                {field::device, device_name(g.device)},                 {field::fused, o.fused},
                 {field::nccl, distributed::describe(nccl)}};
     if (c && c->bucketed()) config[field::bucket_mb] = c->bucket_mb;
     if (c && c->bucketed() && o.first_bucket_mb >= 0) config[field::first_bucket_mb] = o.first_bucket_mb;
@@ -248,7 +248,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     setup.context = o.context;
     setup.precision = parse_dtype(prec);
     setup.device = g.device;
-    setup.fused = true;  // the fastest single-device step (fused kernels where they exist)
+    setup.fused = o.fused;  // default: the fastest single-device step (fused kernels where they exist)
     // Loss curves: each rank its own data, and every design from the same fresh model.
     if (o.loss_every > 0) setup.seed = static_cast<uint64_t>(g.rank);
     auto ts_owner = std::make_unique<TrainingStep>(setup);

@@ -18,6 +18,7 @@ struct DdpBenchOptions {
   std::string size = "xl";
   std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
   std::vector<std::string> precisions{"fp32", "bf16"};
+  bool fused = true;  // StepSetup::fused: fused kernels where they exist (false: the unfused reference)
   std::vector<std::string> impls{"single", "naive", "flat", "overlap", "bucketed"};  // also "zero2"
   std::vector<double> bucket_mb{1, 10, 100, 1000};
   double first_bucket_mb = -1;                    // bucketed / zero2: cap of the first bucket (<0: same)

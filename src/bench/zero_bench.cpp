@@ -15,7 +15,7 @@
 #include "core/timer.h"
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
-#include "distributed/zero.h"
+#include "distributed/sharded_optimizer.h"
 #include "distributed/zero2.h"
 #include "results/table.h"
 #include "results/writer.h"
@@ -59,6 +59,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   setup.context = o.context;
   setup.precision = parse_dtype(o.precision);
   setup.device = dev;
+  setup.fused = o.fused;
   Measured m;
   TrainingStep ts(setup);  // its FusedAdamW allocates state lazily: never stepped here
   std::vector<at::Tensor> params = ts.model()->parameters();
@@ -174,7 +175,7 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
     Record cell("zero", "lmscale-" + impl);
     cell.update(Json{{field::size, o.size},       {field::precision, o.precision}, {field::batch, o.batch},
                      {field::context, o.context}, {field::world, g.world_size},    {field::backend, backend},
-                     {field::device, device_name(g.device)}});
+                     {field::device, device_name(g.device)},      {field::fused, o.fused}});
     Measured m;
     try {
       m = run_config(impl, o, g);

@@ -15,6 +15,7 @@ struct ZeroBenchOptions {
   std::string size = "xl";
   std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
   std::string precision = "fp32";
+  bool fused = true;  // StepSetup::fused: fused kernels where they exist (false: the unfused reference)
   std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"};
   double bucket_mb = 25;  // zero2: gradient bucket cap (MiB)
   int64_t batch = 4;

@@ -1,4 +1,6 @@
 // `lmscale bench ddp`: DDP policies vs one device (run under `lmscale launch -n 2 --`).
+#include <torch/cuda.h>
+
 #include <iostream>
 
 #include "bench/ddp_bench.h"
@@ -9,11 +11,14 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision = o->precisions;
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps,
+  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
+  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
+                                  kReference,
                               kPrecision | kImpl,
                               {"single", "naive", "flat", "overlap", "bucketed"},
-                              "DDP policies (single = one device, the baseline)"});
+                              "DDP policies (single = one device, the baseline)",
+                              {"train-step"},
+                              "train-step only: the designs differ in backward's communication and the step after it"});
   app.add_option("--bucket-mb", o->bucket_mb, "bucket caps for 'bucketed' (MiB, comma list)")->delimiter(',')
       ->check(at_least(1))->capture_default_str();
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
@@ -35,10 +40,13 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
   app.add_option("--nccl-max-ctas", o->nccl_max_ctas, "NCCL: at most this many CTAs per collective (0: NCCL's choice)");
   app.add_option("--nccl-min-ctas", o->nccl_min_ctas, "NCCL: at least this many CTAs per collective (0: NCCL's choice)");
   app.add_flag("--nccl-high-priority", o->nccl_high_priority, "NCCL: run collectives on a high-priority stream");
-  app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16\n"
+  app.footer(std::string(kDefaultStepHelp) + "\n" +
+             "Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16\n"
              "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
              "naming the rank, collective, step and missing ranks.");
   app.callback([o, st] {
+    // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
+    apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
     copy_common_step_fields(*st, *o);
     o->precisions = st->precision;
     std::string table = lmscale::run_ddp_bench(*o);

@@ -1,4 +1,6 @@
 // `lmscale bench zero`: ZeRO-1 memory and time vs unsharded (run under `lmscale launch -n 2 --`).
+#include <torch/cuda.h>
+
 #include <iostream>
 
 #include "bench/zero_bench.h"
@@ -9,10 +11,13 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::ZeroBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision = {o->precision};
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kAttention | kImpl | kBatch | kWarmup | kSteps, kImpl,
+  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
+  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
+                                  kReference, kImpl,
                               {"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"},
-                              "optimizer-state layouts"});
+                              "optimizer-state layouts",
+                              {"train-step"},
+                              "train-step only: the layouts differ in the optimizer step and its communication"});
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
       ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--out", o->out, "results folder (zero.jsonl, zero.md)")->capture_default_str();
@@ -20,10 +25,13 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   app.add_option("--check-consistency", o->check_consistency,
                  "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
       ->check(whole_at_least(0))->capture_default_str();
-  app.footer("Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench zero --size small --precision bf16\n"
+  app.footer(std::string(kDefaultStepHelp) + "\n" +
+             "Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench zero --size small --precision bf16\n"
              "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
              "naming the rank, collective, step and missing ranks.");
   app.callback([o, st] {
+    // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
+    apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
     copy_common_step_fields(*st, *o);
     o->precision = st->precision.front();
     std::string table = lmscale::run_zero_bench(*o);

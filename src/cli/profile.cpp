@@ -21,17 +21,20 @@ struct ProfileArgs {
   int64_t top = 10;
 };
 
-void run(const ProfileArgs& a) {
+void run(ProfileArgs& a) {
   check_output_folder(a.out);  // before the first measurement, not after it
+  const c10::Device device = resolve_device(a.step.device);
+  cli::apply_default_step(a.step, device.is_cuda());
   const cli::StepPoint p = cli::first_point(a.step);
   ProfileOptions o;
-  o.setup = cli::to_setup(a.step, p, resolve_device(a.step.device));
+  o.setup = cli::to_setup(a.step, p, device);
+  o.mode = parse_mode(a.step.mode.front());
   o.warmup = static_cast<int>(a.step.warmup);
   o.steps = static_cast<int>(a.step.steps);
   o.trace_path = a.trace;
   set_run_gpu(device_name(o.setup.device));
   std::cout << "profiling " << p.size << " context " << p.context << " batch " << a.step.batch << " " << p.precision
-            << " attention " << p.attention << " on " << device_name(o.setup.device) << ": " << o.warmup
+            << " attention " << p.attention << " " << a.step.mode.front() << " on " << device_name(o.setup.device) << ": " << o.warmup
             << " warm-up + " << o.steps << " profiled steps\n";
   write_profile_report(o, run_profile(o), {p.size, p.precision, p.attention, static_cast<int>(a.top), a.out});
 }
@@ -45,11 +48,14 @@ LMSCALE_SUBCOMMAND("", "profile", "top kernels of forward, backward and optimize
   a->step.warmup = 2;
   a->step.steps = 3;
   add_step_options(app, a->step,
-                   {kSize | kContext | kPrecision | kAttention | kBatch | kDevice | kWarmup | kSteps | kFastPath});
+                   {kSize | kContext | kPrecision | kMode | kAttention | kBatch | kDevice | kWarmup | kSteps | kFastPath |
+                        kReference,
+                    0, {}, "", {}, "phases profiled: forward; forward-backward; train-step adds the optimizer"});
   app.add_option("--top", a->top, "rows per phase")->check(at_least(1))->capture_default_str();
   app.add_option("--trace", a->trace, "save a Chrome/Perfetto trace of one step to this path");
   app.add_option("--out", a->out, "results folder (profile.jsonl, profile.md)")->capture_default_str();
-  app.footer("Example:\n  lmscale profile --size small --context 512 --precision bf16 --attention flash "
-             "--trace results/step.json");
+  app.footer(std::string(kDefaultStepHelp) +
+             "\nExamples:\n  lmscale profile --size small --context 512 --trace results/step.json\n"
+             "  lmscale profile --reference --mode forward-backward");
   app.callback([a] { run(*a); });
 });

@@ -5,34 +5,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/usage.h"
 #include "core/device.h"
 
 namespace lmscale::cli {
-
-// Optimal string alignment: insertions, deletions, substitutions and swaps of two neighbours
-// ("benhc" is one swap from "bench") each cost 1.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    const size_t d = edit_distance(word, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  return best;
-}
 
 namespace {
 
@@ -176,8 +152,9 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
     set_default(o, joined(a.precision));
   }
   if (has(kMode)) {
-    auto* o = add_value(app, "--mode", a.mode, "what one step runs", list(kMode));
-    o->check(one_of("mode", {"forward", "forward-backward", "train-step"}))->type_name("MODE");
+    auto* o = add_value(app, "--mode", a.mode, w.mode_help.empty() ? "what one step runs" : w.mode_help, list(kMode));
+    const std::vector<std::string> all{"forward", "forward-backward", "train-step"};
+    o->check(one_of("mode", w.modes.empty() ? all : w.modes))->type_name("MODE");
     set_default(o, joined(a.mode));
   }
   if (has(kAttention)) {
@@ -206,11 +183,32 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
     app.add_flag("--optimizer-in-backward", a.optimizer_in_backward,
                  "run AdamW per parameter as soon as its gradient is final");
   }
+  if (has(kReference))
+    app.add_flag("--reference", a.reference,
+                 "the assignment's settings instead of the default step: fp32, naive attention, no fused kernels, "
+                 "no CUDA graph (flags given beside it still win)");
   if (has(kCudaGraph)) {
     app.add_flag_callback("--cuda-graph", [&a] { a.cuda_graph = true; },
                           "capture the whole step as one CUDA graph and replay it (default on CUDA)");
     app.add_flag_callback("--no-cuda-graph", [&a] { a.cuda_graph = false; }, "run the step eagerly");
   }
+}
+
+const char* const kDefaultStepHelp =
+    "The default step (the same in bench, profile, memory, bench ddp, bench zero): bf16 autocast, flash attention "
+    "and fused kernels on a GPU, fp32 and naive attention on the CPU; --reference gives the assignment's settings "
+    "(fp32, naive attention, unfused, eager).";
+
+void apply_default_step(StepArgs& a, bool gpu) {
+  const bool fast = gpu && !a.reference;
+  if (a.precision.empty()) a.precision = {fast ? "bf16" : "fp32"};
+  if (a.attention.empty()) a.attention = {fast ? "flash" : "naive"};
+  if (a.reference) {
+    a.fused = false;
+    if (!a.cuda_graph) a.cuda_graph = false;
+  }
+  if (a.cuda_graph.value_or(false) && !gpu)
+    throw CLI::ValidationError("--cuda-graph", "captures CUDA work and needs a GPU: drop it or use --device cuda");
 }
 
 ModelConfig model_for(const StepArgs& a, const std::string& size) {

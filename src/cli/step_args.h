@@ -34,6 +34,7 @@ enum StepFlag : unsigned {
   kImpl = 1u << 9,       // --impl (choices given per subcommand)
   kFastPath = 1u << 10,  // --no-fused, --optimizer-in-backward
   kCudaGraph = 1u << 11, // --cuda-graph / --no-cuda-graph
+  kReference = 1u << 12, // --reference: the assignment's settings instead of the default step
 };
 
 struct StepOptions {
@@ -41,17 +42,19 @@ struct StepOptions {
   unsigned lists = 0;               // flags that take a comma list (the others take one value)
   std::vector<std::string> impls;   // accepted --impl values
   std::string impl_help;            // what --impl selects in this subcommand
+  std::vector<std::string> modes;   // accepted --mode values (empty: all three)
+  std::string mode_help;            // why a subcommand accepts fewer modes
 };
 
-// Defaults are the caller's: set them before add_step_options (help prints them). An empty list
-// means "chosen at run time" (bench picks GPU or CPU defaults).
+// Defaults are the caller's: set them before add_step_options (help prints them). An empty
+// precision or attention list means "the default step" (apply_default_step fills it).
 struct StepArgs {
   std::vector<std::string> size{"small"};
   int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 10000;  // --size custom
   std::vector<int64_t> context{512};
-  std::vector<std::string> precision{"fp32"};
+  std::vector<std::string> precision;  // empty: the default step's
   std::vector<std::string> mode{"train-step"};
-  std::vector<std::string> attention{"naive"};
+  std::vector<std::string> attention;  // empty: the default step's
   std::vector<std::string> impl;
   int64_t batch = 4;
   std::string device = "auto";
@@ -59,9 +62,23 @@ struct StepArgs {
   bool fused = true;                 // StepSetup::fused
   bool optimizer_in_backward = false;  // StepSetup::optimizer_in_backward
   std::optional<bool> cuda_graph;    // unset: the library's default (E2EConfig::cuda_graph)
+  bool reference = false;            // --reference
 };
 
 void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& which);
+
+// Note [one default step]: every subcommand that runs the model (bench, profile, memory, bench ddp,
+// bench zero) runs the same step unless told otherwise, so what is profiled is what is benchmarked.
+// Called once the command line is parsed; fills only what it left unset:
+//   GPU:         bf16 autocast, flash attention, fused kernels (and, where the subcommand replays
+//                the step, one CUDA graph): the fastest correct path, the README's headline;
+//   CPU:         fp32, naive attention (CPU autocast and the CPU flash reference only add time);
+//   --reference: the assignment's settings (docs/spec.md §1, §2): fp32, naive attention, no fused
+//                kernels, no CUDA graph, as a plain PyTorch model runs it.
+// Throws a usage error for --cuda-graph without a GPU.
+void apply_default_step(StepArgs& a, bool gpu);
+// The --help line that states the default step (the same words in every subcommand).
+extern const char* const kDefaultStepHelp;
 
 // The model of one --size value: a named size, or "custom" built from --d-model/--d-ff/--layers/
 // --heads/--vocab (a usage error naming the missing flags when they are absent).
@@ -76,6 +93,7 @@ std::optional<ModelConfig> model_override(const StepArgs& a);
 template <class DistributedBenchOptions>
 void copy_common_step_fields(const StepArgs& a, DistributedBenchOptions& o) {
   o.size = a.size.front();
+  o.fused = a.fused;
   o.model = model_override(a);
   o.context = a.context.front();
   o.impls = a.impl;
@@ -110,11 +128,6 @@ StepPoint first_point(const StepArgs& a);
 // The StepSetup of one point: model (with attention and a context length that covers `context`),
 // batch, precision, device, seed and the fast-path switches. The one place flags become a setup.
 StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device);
-
-// Edit distance (a swap of neighbours costs 1), and the nearest of `candidates` to `word` (empty when none is close:
-// at most a third of the word's length, at least 1, may differ). Shared by the usage errors.
-size_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 
 // A CLI11 validator accepting one of `choices` (what = "size", "precision", ...), suggesting the
 // nearest on a typo.

@@ -17,7 +17,7 @@
 #include "distributed/bucketing.h"
 #include "distributed/process_group.h"
 #include "distributed/ready_hook.h"
-#include "distributed/zero.h"
+#include "distributed/sharded_optimizer.h"
 
 namespace lmscale::distributed {
 

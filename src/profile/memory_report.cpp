@@ -42,7 +42,7 @@ std::string peak_table(const MemoryReportOptions& a, c10::Device dev, std::vecto
     for (const auto& prec : a.precisions) {
       for (int64_t ctx : a.contexts) {
         bar.begin(a.size + " context " + std::to_string(ctx) + " " + prec + " " + mode);
-        const PeakCell c = measure_peak(make_setup(a, ctx, prec, dev), parse_mode(mode));
+        const PeakCell c = measure_peak(make_setup(a, ctx, prec, dev), parse_mode(mode), a.warmup, a.steps);
         const int64_t resid = residual_activation_bytes(a.batch, ctx, d);
         const bool ok = c.status == "ok";
         bar.end(status_from_string(c.status), ok ? fmt_bytes(c.peak) : c.status);
@@ -51,12 +51,15 @@ std::string peak_table(const MemoryReportOptions& a, c10::Device dev, std::vecto
         if (!c.note.empty() && notes.find(c.note) == std::string::npos) notes += "- " + c.status + ": " + c.note + "\n";
         Record cell = config_record(a, ctx, prec, mode);
         cell.set_status(c.status, c.note).set("residual_activation_bytes", resid);
+        cell.set(field::warmup, a.warmup).set(field::steps, a.steps);
         if (ok) cell.set("after_init_bytes", c.after_init);
         records->push_back(cell.metric("peak_allocated_bytes", ok ? Json(c.peak) : Json(nullptr), "bytes"));
       }
     }
   }
-  return "## Peak memory, batch " + std::to_string(a.batch) + " (one steady-state step after a warm-up step)\n\n" +
+  const auto count = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+  return "## Peak memory, batch " + std::to_string(a.batch) + " (over " + count(a.steps, "steady-state step") +
+         " after " + count(a.warmup, "warm-up step") + ")\n\n" +
          t.render() + (notes.empty() ? "" : "\n" + notes) +
          "\nForward = inference (no autograd, no activations kept); train-step = forward + backward + AdamW, "
          "fp32 weights, gradients and optimizer state (bf16 = autocast).\n\n";

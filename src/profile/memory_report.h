@@ -16,6 +16,7 @@ struct MemoryReportOptions {
   std::vector<int64_t> contexts{128, 256, 512};
   std::vector<std::string> precisions{"fp32", "bf16"}, modes{"forward", "train-step"};
   int64_t batch = 4;
+  int warmup = 1, steps = 1;       // the peak: over `steps` steps after `warmup` (measure_peak)
   int64_t snapshot_context = 0;    // 0: the first of contexts
   std::string snapshot_precision;  // "": the first of precisions
   int snapshot_steps = 2, top = 10;

@@ -39,7 +39,9 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 }  // namespace
 
-PeakCell measure_peak(const StepSetup& setup, BenchMode mode) {
+PeakCell measure_peak(const StepSetup& setup, BenchMode mode, int warmup, int steps) {
+  TORCH_CHECK(warmup >= 0 && steps >= 1, "memory: --warmup ", warmup, " must be >= 0 and --steps ", steps,
+              " at least 1");
   PeakCell cell;
   const c10::Device dev = setup.device;
   if (auto why = memory_unsupported_reason(dev); !why.empty()) {
@@ -52,10 +54,10 @@ PeakCell measure_peak(const StepSetup& setup, BenchMode mode) {
     TrainingStep step(setup);
     synchronize(dev);
     cell.after_init = memory_stats(dev).allocated;
-    step.run(mode);  // warm-up: the train step creates the AdamW state here
+    for (int i = 0; i < warmup; ++i) step.run(mode);  // the first train step creates the AdamW state
     synchronize(dev);
     reset_peak_memory(dev);
-    step.run(mode);
+    for (int i = 0; i < steps; ++i) step.run(mode);
     synchronize(dev);
     cell.peak = memory_stats(dev).peak_allocated;
     cell.status = "ok";

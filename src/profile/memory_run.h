@@ -19,13 +19,14 @@ struct PeakCell {
   std::string status;         // "ok" | "OOM" | "n/a" (no CUDA; see `note`)
   std::string note;           // the reason for n/a, or the OOM message's first line
   int64_t after_init = 0;     // bytes allocated after building model + optimizer + batch
-  int64_t peak = 0;           // peak bytes allocated during one steady-state step
+  int64_t peak = 0;           // peak bytes allocated during the measured steady-state steps
 };
 
-// Builds a fresh TrainingStep, runs one warm-up step of `mode` (creates the optimizer state), resets
-// the peak counter, runs one more and reads the peak. Forward mode runs without autograd.
-// Releases everything (and the allocator cache) before returning, also after an OOM.
-PeakCell measure_peak(const StepSetup& setup, BenchMode mode);
+// Builds a fresh TrainingStep, runs `warmup` steps of `mode` (the first train step creates the
+// optimizer state), resets the peak counter, runs `steps` more and reads the peak over them.
+// Forward mode runs without autograd. Releases everything (and the allocator cache) before
+// returning, also after an OOM.
+PeakCell measure_peak(const StepSetup& setup, BenchMode mode, int warmup = 1, int steps = 1);
 
 struct MemoryRecording {
   std::vector<AllocEvent> events;  // every alloc/free from model construction to the last step

@@ -26,6 +26,7 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
   base.update(Json{{field::size, a.size},           {field::context, a.context},   {field::batch, a.batch},
                    {field::precision, a.precision}, {field::attention, a.attention},
                    {field::device, o.setup.device.str()},                         {field::steps, a.steps},
+                   {field::mode, mode_name(o.mode)},
                    {field::time_kind, gpu ? "gpu-kernel" : "cpu-self"}});
   std::vector<Json> records;
   const std::string what = gpu ? "kernel" : "CPU op";

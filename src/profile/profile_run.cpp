@@ -53,7 +53,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   TORCH_CHECK(o.warmup >= 0, "--warmup ", o.warmup, " must be >= 0");
   TrainingStep step(o.setup);
   const c10::Device dev = o.setup.device;
-  for (int i = 0; i < o.warmup; ++i) step.run(BenchMode::TrainStep);
+  for (int i = 0; i < o.warmup; ++i) step.run(o.mode);
   synchronize(dev);
 
   std::set<ActivityType> activities{ActivityType::CPU};
@@ -66,12 +66,15 @@ ProfileReport run_profile(const ProfileOptions& o) {
     prof::enableProfiler(config, activities);
   };
 
-  // The three phases of TrainingStep::run, each in its own profiler window.
-  auto forward = [&] { step.forward(BenchMode::TrainStep); };
-  auto backward = [&] { step.backward(); };
-  auto optimizer = [&] { step.optimizer_step(); };
-  const std::vector<std::pair<std::string, std::function<void()>>> phases = {
-      {"forward", forward}, {"backward", backward}, {"optimizer", optimizer}};
+  // The phases of TrainingStep::run in this mode, each in its own profiler window. Forward-backward
+  // clears the gradients outside the windows, as run() does after its backward.
+  std::vector<std::pair<std::string, std::function<void()>>> phases = {
+      {"forward", [&] { step.forward(o.mode); }}};
+  if (o.mode != BenchMode::Forward) phases.emplace_back("backward", [&] { step.backward(); });
+  if (o.mode == BenchMode::TrainStep) phases.emplace_back("optimizer", [&] { step.optimizer_step(); });
+  auto after_step = [&] {
+    if (o.mode == BenchMode::ForwardBackward) step.optimizer().zero_grad(true);
+  };
 
   std::vector<std::vector<TraceOp>> events(phases.size());
   std::vector<double> wall_ms(phases.size(), 0.0);
@@ -91,6 +94,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
       auto flat = flatten(*result);
       events[p].insert(events[p].end(), std::make_move_iterator(flat.begin()), std::make_move_iterator(flat.end()));
     }
+    after_step();
   }
 
   ProfileReport report;
@@ -101,7 +105,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   if (!o.trace_path.empty()) {
     open_window();
     try {
-      step.run(BenchMode::TrainStep);
+      step.run(o.mode);
       synchronize(dev);
     } catch (...) {
       prof::disableProfiler();

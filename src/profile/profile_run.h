@@ -1,6 +1,6 @@
 // Runs the training step under libtorch's own Kineto profiler (no nsys needed) and returns the
-// kernel table of each phase: forward, backward and optimizer are each profiled in their own
-// profiler window with a device sync between them, so every kernel belongs to exactly one phase.
+// kernel table of each phase the mode runs: forward, backward and optimizer are each profiled in
+// their own profiler window with a device sync between them, so every kernel belongs to one phase.
 // Aggregation is bench/profile_summary; tables and files are written by src/cli/profile.cpp.
 #pragma once
 #include <string>
@@ -13,6 +13,7 @@ namespace lmscale {
 
 struct ProfileOptions {
   StepSetup setup;
+  BenchMode mode = BenchMode::TrainStep;  // which phases: forward; + backward; + optimizer
   int warmup = 2;          // unprofiled full steps first (allocator warm-up, cuBLAS heuristics)
   int steps = 3;           // profiled steps; tables are per step
   std::string trace_path;  // if set: one more full step profiled in one window, saved as a Chrome
@@ -20,7 +21,7 @@ struct ProfileOptions {
 };
 
 struct ProfileReport {
-  std::vector<PhaseProfile> phases;  // forward, backward, optimizer
+  std::vector<PhaseProfile> phases;  // forward, backward, optimizer (those the mode runs)
   std::vector<double> wall_ms;       // per phase, host time incl. sync and profiler overhead
   std::string trace_path;            // where the trace was saved ("" if not asked)
 };

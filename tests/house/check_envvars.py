@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fails when the README's table of environment variables and the code disagree: every `LMSCALE_*`
-variable read in src/, python/, scripts/, tests/ or the ./lmscale bootstrap needs a row in the
-table under "## Environment variables", and every row must name a variable something still reads.
+"""Fails when the table of environment variables (docs/building.md) and the code disagree: every
+`LMSCALE_*` variable read in src/, python/, scripts/, tests/ or the ./lmscale bootstrap needs a row
+in the table under "## Environment variables", and every row must name a variable something still
+reads.
 Run by CTest (House.EnvVars); no build needed.
 
 What counts as reading a variable: in C++ and Python, a string literal that is exactly the name
@@ -26,6 +27,7 @@ FOLDERS = ("src", "python", "scripts", "tests")
 SHELL_SUFFIXES = {".sh", ""}
 CODE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".py"}
 SELF = "tests/house/check_envvars.py"
+TABLE = "docs/building.md"  # the page holding the table
 
 
 def files(root: Path):
@@ -77,21 +79,21 @@ def mentioned_anywhere(root: Path):
 
 
 def problems(root: Path):
-    readme = root / "README.md"
-    if not readme.is_file():
-        yield "README.md is missing: the table of environment variables lives there"
+    page = root / TABLE
+    if not page.is_file():
+        yield f"{TABLE} is missing: the table of environment variables lives there"
         return
-    rows = documented(readme)
+    rows = documented(page)
     if not rows:
-        yield "README.md has no table under '## Environment variables' (rows start with | `LMSCALE_...` |)"
+        yield f"{TABLE} has no table under '## Environment variables' (rows start with | `LMSCALE_...` |)"
         return
     for name, where in sorted(reads(root).items()):
         if name not in rows:
-            yield f"{where}: reads {name}, which has no row in README.md's table of environment variables; add one"
+            yield f"{where}: reads {name}, which has no row in {TABLE}'s table of environment variables; add one"
     alive = mentioned_anywhere(root)
     for name, line in sorted(rows.items()):
         if name not in alive:
-            yield f"README.md:{line}: the row for {name} names a variable nothing in the tree reads; remove the row"
+            yield f"{TABLE}:{line}: the row for {name} names a variable nothing in the tree reads; remove the row"
 
 
 def self_test() -> int:
@@ -99,10 +101,10 @@ def self_test() -> int:
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for d in ("src", "python", "scripts"):
+        for d in ("src", "python", "scripts", "docs"):
             (root / d).mkdir()
         p = "LMSCALE" + "_"  # split: the real check reads this file
-        (root / "README.md").write_text(f"# x\n## Environment variables\n| name | by |\n|---|---|\n"
+        (root / TABLE).write_text(f"# x\n## Environment variables\n| name | by |\n|---|---|\n"
                                         f"| `{p}OK`, `{p}ALSO` | x |\n| `{p}GONE` | x |\n## Next\n| `{p}ELSEWHERE` | x |\n")
         (root / "src/a.cpp").write_text(f'auto v = std::getenv("{p}OK");\nauto w = std::getenv("{p}CPP");\n'
                                         f'#ifdef {p}MACRO\n// -D{p}OPTION=1 in a "-D{p}QUOTED" string\n')
@@ -111,7 +113,7 @@ def self_test() -> int:
                                            f"cmake -D{p}CUDA=ON\n")
         found = list(problems(root))
     expected = [f"src/a.cpp:2: reads {p}CPP", f"python/b.py:3: reads {p}PY", f"scripts/c.sh:2: reads {p}SH",
-                f"scripts/c.sh:3: reads {p}CHILD", f"README.md:6: the row for {p}GONE"]
+                f"scripts/c.sh:3: reads {p}CHILD", f"{TABLE}:6: the row for {p}GONE"]
     return house_check.expect_found(found, expected)
 
 

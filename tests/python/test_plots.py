@@ -54,6 +54,30 @@ def test_cpu_run_of_one_mode_draws_one_panel(tmp_path, figures):
     check(figures[0])
 
 
+def test_compare_draws_the_newest_run_against_its_strongest_baseline(tmp_path, figures):
+    """The comparison takes one run per size (the newest with a baseline), CUDA-graph steps included,
+    and of that run's baselines the fastest; an older run's configurations never mix in."""
+    def cell(impl, ctx, ms, command, date, **extra):
+        return {"impl": impl, "size": "small", "precision": "bf16", "mode": "train-step", "attention": "flash",
+                "context": ctx, "batch": 4, "metric": "step_ms", "value": ms, "unit": "ms", "command": command,
+                "date": date, **extra}
+    old, new = "lmscale bench --old", "lmscale bench --new"
+    rows = [cell("lmscale", c, 30.0, old, "2026-11-20T00:00:00Z") for c in (128, 256)]
+    rows += [cell("torch-compile", c, 10.0, old, "2026-11-20T00:00:00Z") for c in (128, 256)]
+    rows += [cell("lmscale", c, 5.0, new, "2026-11-23T10:00:00Z", cuda_graph=True) for c in (128, 256)]
+    rows += [cell("torch-compile", c, 8.0, new, "2026-11-23T10:00:00Z") for c in (128, 256)]
+    rows += [cell("torch-compile-ro", c, 6.0, new, "2026-11-23T10:00:00Z") for c in (128, 256)]
+    write(tmp_path, "e2e", rows)
+    assert e2e.plot_compare(tmp_path) == [tmp_path / "e2e_compare.png"]
+    fig, _, title = figures[0]
+    check(figures[0])
+    assert "strongest PyTorch baseline measured in the same run" in " ".join(title.split()), title
+    lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].lines}
+    assert lines == {"lmscale bf16 (flash, CUDA graph)": [5.0, 5.0], "torch-compile-ro bf16": [6.0, 6.0]}, lines
+    assert e2e.plot_step_times(tmp_path) == [tmp_path / "e2e.png"]  # the eager records alone
+    assert figures[1][2].startswith("End-to-end step time"), figures[1][2]  # a CPU run: not superseded
+
+
 def test_comm_ddp_zero_attention(tmp_path, figures):
     write(tmp_path, "comm", [
         {"impl": "lmscale-c10d-gloo", "backend": "gloo", "op": "all_reduce", "world": 2, "size_bytes": s,

@@ -2,7 +2,7 @@
 // Both run their collectives on the backend's own stream (NCCL orders it after the compute stream
 // with an event, not a host sync), so step() returns without waiting for the GPU except where a
 // collective's result is needed on the host (never, here).
-#include "distributed/zero.h"
+#include "distributed/sharded_optimizer.h"
 
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "distributed/zero.h"
+#include "distributed/sharded_optimizer.h"
 #include "distributed/dist_test_util.h"
 
 namespace {

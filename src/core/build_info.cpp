@@ -1,15 +1,17 @@
-// `lmscale info`: what this build holds (version, commit, compiler, CUDA toolkit and kernel
-// architectures, backends, Python extension), which GPUs it sees and whether the kernels run on
-// them, and which interpreter the PyTorch baselines will use.
+// `lmscale info`'s report (see build_info.h). CMake sets the LMSCALE_VERSION / LMSCALE_BUILD_* macros
+// on this file only, so a compiler or architecture change rebuilds it alone.
+#include "core/build_info.h"
+
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
-#include <iostream>
+#include <string>
+#include <vector>
 
-#include "cli/registry.h"
 #include "core/device.h"
 #include "core/process.h"
 #include "results/record.h"
@@ -21,6 +23,7 @@
 #define LMSCALE_BUILD_ARCHS ""
 #endif
 
+namespace lmscale {
 namespace {
 
 std::filesystem::path executable_dir() {
@@ -45,10 +48,10 @@ std::string python_extension() {
 std::string baseline_interpreter() {
   const char* env = std::getenv("LMSCALE_PYTHON");
   const std::string py = env && *env ? env : "python3";
-  lmscale::ProcessOptions o;
+  ProcessOptions o;
   o.capture_stdout = true;
   o.merge_stderr = true;
-  const auto r = lmscale::run_process(
+  const auto r = run_process(
       {py, "-c", "import sys; v = sys.version.split()[0]\ntry:\n import torch; t = 'torch ' + torch.__version__\n"
                  "except Exception as e: t = 'no torch (' + type(e).__name__ + ')'\nprint(sys.executable, v, t)"},
       o);
@@ -65,43 +68,40 @@ std::string join_archs(const std::vector<int>& archs) {
   return s;
 }
 
-void print_info() {
-  const auto& run = lmscale::run_info();
-  std::cout << "lmscale " << LMSCALE_VERSION << " (commit " << (run.commit.empty() ? "unknown" : run.commit)
-            << ")\n";
-  std::cout << "compiler: " << LMSCALE_BUILD_COMPILER << ", libtorch " << TORCH_VERSION << "\n";
-  const auto archs = lmscale::built_cuda_archs();
-#ifdef LMSCALE_CUDA
-  std::cout << "CUDA toolkit: " << (std::string(LMSCALE_BUILD_CUDA).empty() ? "yes" : LMSCALE_BUILD_CUDA) << "\n";
-#else
-  std::cout << "CUDA toolkit: none at build time (CPU-only build)\n";
-#endif
-  std::cout << "kernels: "
-            << (archs.empty() ? std::string("not built")
-                              : join_archs(archs) + " machine code, PTX of sm_" + std::to_string(archs.back()))
-            << "\n";
-  const int gpus = static_cast<int>(torch::cuda::device_count());
-  std::cout << "GPUs visible: " << gpus << (gpus ? "" : " (runs use the CPU)") << "\n";
-  for (int i = 0; i < gpus; ++i) {
-    const c10::Device d(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i));
-    const auto [major, minor] = lmscale::cuda_capability(i);
-    const auto k = lmscale::kernel_support(lmscale::device_name(d), major, minor, archs);
-    std::cout << "  cuda:" << i << " " << lmscale::device_name(d) << ", compute capability " << major << "." << minor
-              << ": kernels " << (k.runs ? "run (" + k.how + ")" : "do not run: " + k.message) << "\n";
-  }
-  std::cout << "distributed backends: gloo (CPU tensors) yes; nccl (GPU tensors) ";
-#ifdef LMSCALE_CUDA
-  std::cout << (gpus ? "yes" : "built, needs GPUs") << "\n";
-#else
-  std::cout << "no (CPU-only build)\n";
-#endif
-  std::cout << "Python extension lmscale._C: " << python_extension() << "\n";
-  std::cout << "baseline interpreter: " << baseline_interpreter() << "\n";
-}
-
 }  // namespace
 
-LMSCALE_SUBCOMMAND("", "info", "what this build holds and which GPUs it sees", [](CLI::App& app) {
-  app.footer("Example:\n  lmscale info");
-  app.callback(print_info);
-});
+void print_build_info(std::ostream& out) {
+  const auto& run = run_info();
+  out << "lmscale " << LMSCALE_VERSION << " (commit " << (run.commit.empty() ? "unknown" : run.commit)
+      << ")\n";
+  out << "compiler: " << LMSCALE_BUILD_COMPILER << ", libtorch " << TORCH_VERSION << "\n";
+  const auto archs = built_cuda_archs();
+#ifdef LMSCALE_CUDA
+  out << "CUDA toolkit: " << (std::string(LMSCALE_BUILD_CUDA).empty() ? "yes" : LMSCALE_BUILD_CUDA) << "\n";
+#else
+  out << "CUDA toolkit: none at build time (CPU-only build)\n";
+#endif
+  out << "kernels: "
+      << (archs.empty() ? std::string("not built")
+                        : join_archs(archs) + " machine code, PTX of sm_" + std::to_string(archs.back()))
+      << "\n";
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  out << "GPUs visible: " << gpus << (gpus ? "" : " (runs use the CPU)") << "\n";
+  for (int i = 0; i < gpus; ++i) {
+    const c10::Device d(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i));
+    const auto [major, minor] = cuda_capability(i);
+    const auto k = kernel_support(device_name(d), major, minor, archs);
+    out << "  cuda:" << i << " " << device_name(d) << ", compute capability " << major << "." << minor
+      << ": kernels " << (k.runs ? "run (" + k.how + ")" : "do not run: " + k.message) << "\n";
+  }
+  out << "distributed backends: gloo (CPU tensors) yes; nccl (GPU tensors) ";
+#ifdef LMSCALE_CUDA
+  out << (gpus ? "yes" : "built, needs GPUs") << "\n";
+#else
+  out << "no (CPU-only build)\n";
+#endif
+  out << "Python extension lmscale._C: " << python_extension() << "\n";
+  out << "baseline interpreter: " << baseline_interpreter() << "\n";
+}
+
+}  // namespace lmscale
