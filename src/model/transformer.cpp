@@ -65,6 +65,25 @@ void TransformerLMImpl::use_fused_swiglu(bool on) {
   for (const auto& layer : *layers) layer->as<TransformerBlock>()->ffn->fused_gate = on;
 }
 
+std::vector<torch::Tensor> TransformerLMImpl::attach_bf16_copies() {
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
+  bool packed = false;
+  for (const auto& layer : *layers) packed = packed || layer->as<TransformerBlock>()->attn->qkv_packed();
+  if (packed) pack_qkv();  // the q, k, v copies as one block too
+  // parameters() lists each module's own parameters before its children's, modules in pre-order:
+  // walking modules() the same way pairs every parameter with its module, hence with its copy.
+  std::vector<torch::Tensor> copies;
+  for (auto& m : modules(/*include_self=*/true)) {
+    auto* lin = m->as<LinearImpl>();
+    for (const auto& p : m->parameters(/*recurse=*/false))
+      copies.push_back(lin && p.is_same(lin->weight) ? lin->weight_bf16 : torch::Tensor());
+  }
+  TORCH_INTERNAL_ASSERT(copies.size() == parameters().size(), "attach_bf16_copies: ", copies.size(), " copies for ",
+                        parameters().size(), " parameters");
+  return copies;
+}
+
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
   auto flat = at_least_fp32(logits.reshape({-1, logits.size(-1)}));
   return torch::nn::functional::cross_entropy(flat, targets.reshape({-1}));

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <utility>
+#include <vector>
 
 #include "model/attention.h"
 #include "model/config.h"
@@ -41,6 +42,11 @@ class TransformerLMImpl : public torch::nn::Module {
   void use_fused_norms(bool on) { fused_norms = on; }
   // Every SwiGLU's silu(W1 x) ⊙ W3 x as one kernel each way (SwiGLUImpl::fused_gate).
   void use_fused_swiglu(bool on);
+  // Gives every Linear a bf16 copy of its weight (LinearImpl::attach_bf16_copy; packed q, k, v copies
+  // as one block when the weights are packed) and hands them over for the optimizer to keep current:
+  // one tensor per entry of parameters(), in that order, undefined where the parameter has no copy.
+  // Call once, after pack_qkv and before the first forward that should read the copies.
+  std::vector<torch::Tensor> attach_bf16_copies();
   ModelConfig config;
   bool fused_norms = false;
   Embedding token_embeddings{nullptr};

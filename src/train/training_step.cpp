@@ -5,8 +5,6 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <unordered_map>
-
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/nvtx.h"
@@ -15,18 +13,18 @@
 
 namespace lmscale {
 
-BenchMode parse_mode(const std::string& n) {
-  if (n == "forward" || n == "fwd") return BenchMode::Forward;
-  if (n == "forward-backward" || n == "fwd-bwd" || n == "forward_backward") return BenchMode::ForwardBackward;
-  if (n == "train-step" || n == "train" || n == "step" || n == "train_step") return BenchMode::TrainStep;
+StepMode parse_mode(const std::string& n) {
+  if (n == "forward" || n == "fwd") return StepMode::Forward;
+  if (n == "forward-backward" || n == "fwd-bwd" || n == "forward_backward") return StepMode::ForwardBackward;
+  if (n == "train-step" || n == "train" || n == "step" || n == "train_step") return StepMode::TrainStep;
   TORCH_CHECK(false, "mode '", n, "' is not a mode: use forward, forward-backward or train-step");
 }
 
-std::string mode_name(BenchMode m) {
+std::string mode_name(StepMode m) {
   switch (m) {
-    case BenchMode::Forward: return "forward";
-    case BenchMode::ForwardBackward: return "forward-backward";
-    case BenchMode::TrainStep: return "train-step";
+    case StepMode::Forward: return "forward";
+    case StepMode::ForwardBackward: return "forward-backward";
+    case StepMode::TrainStep: return "train-step";
   }
   return "?";
 }
@@ -69,22 +67,9 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   model_->use_fused_swiglu(fused_cuda && setup_.parts.swiglu_kernel);
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
-  if (uses_bf16_weight_copies()) {
-    // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
-    // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
-    for (auto& m : model_->modules(/*include_self=*/false))
-      if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
-    if (setup_.parts.qkv_gemm) model_->pack_qkv();  // the q, k, v copies as one block too
-    std::unordered_map<const void*, torch::Tensor> copy_of;
-    for (auto& m : model_->modules(/*include_self=*/false))
-      if (auto* lin = m->as<LinearImpl>()) copy_of[lin->weight.unsafeGetTensorImpl()] = lin->weight_bf16;
-    std::vector<torch::Tensor> copies;
-    for (const auto& p : params) {
-      auto it = copy_of.find(p.unsafeGetTensorImpl());
-      copies.push_back(it == copy_of.end() ? torch::Tensor() : it->second);
-    }
-    optimizer_->set_bf16_copies(std::move(copies));
-  }
+  // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
+  // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
+  if (uses_bf16_weight_copies()) optimizer_->set_bf16_copies(model_->attach_bf16_copies());
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
@@ -129,10 +114,10 @@ bool TrainingStep::uses_bf16_weight_copies() const {
          setup_.precision == c10::kBFloat16 && ops::fused_adamw_available();
 }
 
-void TrainingStep::forward(BenchMode mode) {
+void TrainingStep::forward(StepMode mode) {
   ScopedRange r("forward");
   std::optional<torch::NoGradGuard> no_grad;
-  if (mode == BenchMode::Forward) no_grad.emplace();
+  if (mode == StepMode::Forward) no_grad.emplace();
   AutocastScope autocast(setup_.device.type(), setup_.precision);
   auto logits = model_(inputs_);
   const bool fused_loss = setup_.fused && setup_.device.is_cuda() && setup_.parts.cross_entropy_kernel;
@@ -151,12 +136,12 @@ void TrainingStep::optimizer_step(bool keep_grads) {
   optimizer_->zero_grad(!keep_grads);
 }
 
-void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
+void TrainingStep::run(StepMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
   forward(mode);
   if (clock) clock->mark();
-  if (mode == BenchMode::Forward) return;
-  const bool in_backward = in_backward_ && mode == BenchMode::TrainStep;
+  if (mode == StepMode::Forward) return;
+  const bool in_backward = in_backward_ && mode == StepMode::TrainStep;
   if (in_backward) {
     // Each parameter updates (and drops its gradient) inside backward; the optimizer phase is empty.
     optimizer_->begin_step();
@@ -170,7 +155,7 @@ void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
     throw;
   }
   if (clock) clock->mark();
-  if (mode == BenchMode::ForwardBackward) {
+  if (mode == StepMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
@@ -183,12 +168,12 @@ void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
 }
 
-double TrainingStep::flops(BenchMode mode) const {
+double TrainingStep::flops(StepMode mode) const {
   const auto& m = setup_.model;
   const double B = setup_.batch, T = setup_.context, d = m.d_model, L = m.num_layers;
   const double linear_params = L * (4 * d * d + 3 * d * m.d_ff) + d * m.vocab_size;
   const double forward = 2 * B * T * linear_params + L * 4 * B * T * T * d;  // + QKᵀ and PV
-  return mode == BenchMode::Forward ? forward : 3 * forward;
+  return mode == StepMode::Forward ? forward : 3 * forward;
 }
 
 }  // namespace lmscale

@@ -16,10 +16,10 @@
 
 namespace lmscale {
 
-enum class BenchMode { Forward, ForwardBackward, TrainStep };
+enum class StepMode { Forward, ForwardBackward, TrainStep };
 // forward | forward-backward | train-step (a few aliases accepted); throws listing them otherwise.
-BenchMode parse_mode(const std::string& name);
-std::string mode_name(BenchMode m);
+StepMode parse_mode(const std::string& name);
+std::string mode_name(StepMode m);
 
 struct StepSetup {
   ModelConfig model = model_config("tiny");
@@ -57,18 +57,18 @@ class TrainingStep {
   // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
   // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
   // keep_grads is true (harnesses that want them at fixed addresses; a CUDA graph does not need it).
-  void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
+  void run(StepMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
   // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
   // DDP's finish call). Same ranges and autocast as run(). forward(Forward) runs without autograd;
   // backward() needs a forward in another mode first.
-  void forward(BenchMode mode);
+  void forward(StepMode mode);
   void backward();
   void optimizer_step(bool keep_grads = false);
 
   // Model FLOPs of one step in this mode (matmuls incl. attention, PaLM convention: backward = 2×
   // forward, causal attention counted in full). Used for MFU.
-  double flops(BenchMode mode) const;
+  double flops(StepMode mode) const;
   int64_t tokens() const { return setup_.batch * setup_.context; }
 
   const StepSetup& setup() const { return setup_; }
