@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/nvtx.h"
 #include "ops/fused_adamw.h"
+#include "ops/fp8_gemm.h"
 #include "ops/fused_cross_entropy.h"
 
 namespace lmscale {
@@ -35,8 +36,13 @@ void validate(const StepSetup& s) {
   TORCH_CHECK(s.context > 0, "context must be positive, got ", s.context);
   TORCH_CHECK(s.context <= s.model.context_length, "context ", s.context, " is longer than the model's context_length ",
               s.model.context_length, ": raise model.context_length (lmscale bench: --model-context)");
-  TORCH_CHECK(s.precision == c10::kFloat || s.precision == c10::kBFloat16 || s.precision == c10::kHalf,
-              "precision ", c10::toString(s.precision), " is not supported: use fp32, bf16 or fp16");
+  TORCH_CHECK(s.precision == c10::kFloat || s.precision == c10::kBFloat16 || s.precision == c10::kHalf ||
+                  s.precision == c10::kFloat8_e4m3fn,
+              "precision ", c10::toString(s.precision), " is not supported: use fp32, bf16, fp16 or fp8");
+  if (s.precision == c10::kFloat8_e4m3fn) {
+    const auto why = ops::fp8_unsupported_reason(s.device);
+    TORCH_CHECK(why.empty(), why);
+  }
   if (s.device.is_cpu())
     TORCH_CHECK(s.precision != c10::kHalf, "precision fp16 autocast is not supported on CPU: use fp32 or bf16, "
                 "or run on a GPU");
@@ -70,7 +76,15 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
   // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
   if (uses_bf16_weight_copies()) optimizer_->set_bf16_copies(model_->attach_bf16_copies());
+  if (is_fp8()) model_->use_fp8(setup_.fp8);  // FP8 GEMMs read the bf16 copies when there are some
+  if (is_fp8() && uses_bf16_weight_copies() && setup_.fp8.cached_weights) {
+    torch::Tensor amax_buffer;
+    auto derived = model_->attach_fp8_weights(amax_buffer);
+    optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
+  }
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
+  else if (setup_.optimizer_overlap)
+    overlap_ = std::make_unique<OptimizerOverlap>(*optimizer_, setup_.overlap_bucket_bytes, setup_.overlap_sm_carveout);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
@@ -111,7 +125,7 @@ void TrainingStep::install_optimizer_hooks(const std::vector<torch::Tensor>& par
 
 bool TrainingStep::uses_bf16_weight_copies() const {
   return setup_.fused && setup_.device.is_cuda() && setup_.parts.adamw_kernel && setup_.parts.bf16_weight_copies &&
-         setup_.precision == c10::kBFloat16 && ops::fused_adamw_available();
+         autocast_dtype(setup_.precision) == c10::kBFloat16 && ops::fused_adamw_available();
 }
 
 void TrainingStep::forward(StepMode mode) {
@@ -142,25 +156,29 @@ void TrainingStep::run(StepMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
   if (mode == StepMode::Forward) return;
   const bool in_backward = in_backward_ && mode == StepMode::TrainStep;
+  const bool overlap = overlap_ && mode == StepMode::TrainStep;
   if (in_backward) {
     // Each parameter updates (and drops its gradient) inside backward; the optimizer phase is empty.
     optimizer_->begin_step();
     in_backward_->armed = true;
     in_backward_->keep_grads = keep_grads;
   }
+  if (overlap) overlap_->begin_backward(keep_grads);
   try {
     backward();
   } catch (...) {
     if (in_backward) in_backward_->armed = false;
+    if (overlap) overlap_->abandon();
     throw;
   }
+  if (overlap) overlap_->finish_backward();  // the current stream waits for the updates here
   if (clock) clock->mark();
   if (mode == StepMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
-  if (in_backward) {
-    in_backward_->armed = false;
+  if (in_backward || overlap) {
+    if (in_backward) in_backward_->armed = false;
     ScopedRange r("optimizer");  // empty: kept so the phase marks and ranges stay the same
   } else {
     optimizer_step(keep_grads);
