@@ -6,6 +6,11 @@
 #
 #   LMSCALE_COMMIT=<sha> scripts/gpu/fp8_check.sh OUT        (carry .deps, and .whl for torch-float8)
 #
+# With prebuilt/ (lmscale, liblmscale.so and a test binary built elsewhere against the same torch
+# 2.11 and CUDA 13, sm_90) the build stage only checks that they load: a GPU machine goes back 30 s
+# after a call, so every call would otherwise rebuild from scratch (~5 minutes of the 9). The test
+# binary is prebuilt/lmscale_tests, or prebuilt/mini_tests (the FP8, overlap and AdamW test files).
+#
 # STAGES picks the stages (default: tests bench). Stages:
 #   tests      the FP8, overlap and fused-path GPU tests
 #   bench      lmscale bf16 and fp8 at small, xl, 2.7B, optimizer overlap off and on
@@ -39,8 +44,27 @@ if [[ -d $ROOT/.whl ]]; then  # torchao, pinned, for the torch-float8 baselines 
     "$ROOT"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
-stage build "${BUILD_S:-330}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
-want tests && stage tests "${TESTS_S:-120}" "$LMSCALE_BUILD_DIR/lmscale_tests" \
+prebuilt_loads() {
+  [[ -x $ROOT/prebuilt/lmscale ]] || return 1
+  local site
+  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') || return 1
+  local libs=("$site/torch/lib" "$site"/nvidia/*/lib "$ROOT/prebuilt")
+  export LD_LIBRARY_PATH=$(IFS=:; echo "${libs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LMSCALE_BUILD_DIR=$ROOT/prebuilt LMSCALE_PYTHONPATH=$ROOT/python
+  "$ROOT/prebuilt/lmscale" --version
+}
+if prebuilt_loads >"$RES/prebuilt.log" 2>&1; then
+  echo "prebuilt binaries load: no build" | tee -a "$OUT/summary.txt"
+  BIN=$LMSCALE_BUILD_DIR/lmscale
+else
+  unset LMSCALE_PYTHONPATH
+  export LMSCALE_BUILD_DIR=/tmp/fp8-build
+  BIN=$LMSCALE_BUILD_DIR/lmscale
+  stage build "${BUILD_S:-330}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
+fi
+TESTS_BIN=$LMSCALE_BUILD_DIR/lmscale_tests
+[[ -x $TESTS_BIN ]] || TESTS_BIN=$LMSCALE_BUILD_DIR/mini_tests
+want tests && stage tests "${TESTS_S:-120}" "$TESTS_BIN" \
   --gtest_filter='*Fp8*:*OptimizerOverlap*:*OptimizerInBackward*:*FusedModel*:*Bf16*:*Ablation*' \
   --gtest_output=json:tests.json
 COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")

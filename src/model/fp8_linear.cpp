@@ -28,7 +28,9 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
       ctx->save_for_backward({qx.data_t, qx.inv_scale, qw.data_t, qw.inv_scale});
       ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
       ctx->saved_data["x_sizes"] = x.sizes().vec();
-      ctx->saved_data["blocks"] = static_cast<int64_t>(weights.size());
+      std::vector<int64_t> rows;  // the weights' row blocks, which need not be equal
+      for (const auto& w : weights) rows.push_back(w.size(0));
+      ctx->saved_data["block_rows"] = rows;
     }
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = N;
@@ -39,7 +41,6 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
     const auto saved = ctx->get_saved_variables();
     const auto &x_t = saved[0], &inv_x = saved[1], &w_t = saved[2], &inv_w = saved[3];
     const int64_t N = w_t.size(1);  // w_t is Wᵀ: (K, N)
-    const auto blocks = ctx->saved_data["blocks"].toInt();
     auto qg = ops::fp8_quantize(g[0].to(at::kBFloat16).reshape({-1, N}), kGradient, /*row_major=*/true,
                                 /*transposed=*/true);
     torch::autograd::tensor_list grads;
@@ -52,7 +53,7 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
     }
     grads.emplace_back();  // the source: a copy (or an alias) of the weights, which get the gradient
     auto dw = ops::fp8_mm(qg.data_t, x_t.t(), qg.inv_scale, inv_x, at::kFloat, /*fast_accum=*/false);
-    for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
+    for (auto& part : dw.split_with_sizes(ctx->saved_data["block_rows"].toIntVector(), 0)) grads.push_back(part);
     grads.emplace_back();  // `cached`
     return grads;
   }

@@ -26,6 +26,7 @@ struct OptimizerOverlap::State {
   bool armed = false, keep_grads = false, on_cuda = false, carveout_set = false;
   int sm_carveout = 0;
   std::optional<int32_t> saved_carveout;
+  at::BlasBackend saved_blas = at::BlasBackend::Default;
 #ifdef LMSCALE_CUDA
   std::optional<c10::cuda::CUDAStream> side;
   at::cuda::CUDAEvent ready, done;  // reused: each record is followed by its wait before the next
@@ -128,8 +129,13 @@ void OptimizerOverlap::begin_backward(bool keep_grads) {
   s.keep_grads = keep_grads;
   s.armed = true;
   if (s.on_cuda && s.sm_carveout > 0) {
-    s.saved_carveout = at::globalContext()._SMCarveout_EXPERIMENTAL();
-    at::globalContext()._setSMCarveout_EXPERIMENTAL(s.sm_carveout);
+    // The carveout is a cuBLASLt setting (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET); ATen sends plain bf16
+    // matmuls to cuBLAS unless cuBLASLt is preferred, so prefer it for the backward's GEMMs too.
+    auto& ctx = at::globalContext();
+    s.saved_carveout = ctx._SMCarveout_EXPERIMENTAL();
+    s.saved_blas = ctx.blasPreferredBackend();
+    ctx._setSMCarveout_EXPERIMENTAL(s.sm_carveout);
+    ctx.setBlasPreferredBackend(at::BlasBackend::Cublaslt);
     s.carveout_set = true;
   }
 }
@@ -150,7 +156,10 @@ void OptimizerOverlap::finish_backward() {
 void OptimizerOverlap::abandon() {
   auto& s = *state_;
   s.armed = false;
-  if (s.carveout_set) at::globalContext()._setSMCarveout_EXPERIMENTAL(s.saved_carveout);
+  if (s.carveout_set) {
+    at::globalContext()._setSMCarveout_EXPERIMENTAL(s.saved_carveout);
+    at::globalContext().setBlasPreferredBackend(s.saved_blas);
+  }
   s.carveout_set = false;
 }
 
