@@ -28,17 +28,8 @@ RES=$OUT/fp8
 mkdir -p "$RES"
 BIN=$LMSCALE_BUILD_DIR/lmscale
 STAGES=" ${STAGES:-tests bench} "
-want() { [[ $STAGES == *" $1 "* ]]; }
-pack() { tar czf "$OUT/fp8.tgz" -C "$RES" . 2>/dev/null; }
-stage() {  # stage NAME SECONDS CMD... : run inside RES with a time limit, log, record status and time
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  (cd "$RES" && timeout -k 5 "$limit" "$@") >"$RES/$name.log" 2>&1
-  local rc=$?
-  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
-  pack
-  return $rc
-}
+TARBALL=fp8.tgz
+source "$(dirname "$0")/timed_stages.sh"
 if [[ -d $ROOT/.whl ]]; then  # torchao, pinned, for the torch-float8 baselines (no registry on the GPU machine)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$ROOT"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
