@@ -15,8 +15,8 @@ export PYTHONUNBUFFERED=1
 RES=$OUT/attention_check
 mkdir -p "$RES"
 BIN=$LMSCALE_BUILD_DIR/lmscale
-PACK=$OUT/attention_check.tgz
-source "$(dirname "$0")/stages.sh"
+TARBALL=attention_check.tgz
+source "$(dirname "$0")/timed_stages.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 echo "commit ${LMSCALE_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)}" >>"$RES/nvidia-smi.txt"
 stage build "${BUILD_S:-420}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }

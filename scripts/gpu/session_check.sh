@@ -17,9 +17,8 @@ mkdir -p "$RES"
 BIN=$LMSCALE_BUILD_DIR/lmscale
 # STAGES picks which stages run after the build (all by default), e.g. STAGES="gpu-tests python-gpu".
 STAGES=" ${STAGES:-gpu-tests tests e2e capture-fault attention python-gpu} "
-want() { [[ $STAGES == *" $1 "* ]]; }
-PACK=$OUT/session.tgz
-source "$(dirname "$0")/stages.sh"
+TARBALL=session.tgz
+source "$(dirname "$0")/timed_stages.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 stage build "${BUILD_S:-300}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
 # Stage order: what decides correctness first (GPU tests, the capture fault, the Python CUDA tests),

@@ -26,7 +26,7 @@ struct PeakCell {
 // optimizer state), resets the peak counter, runs `steps` more and reads the peak over them.
 // Forward mode runs without autograd. Releases everything (and the allocator cache) before
 // returning, also after an OOM.
-PeakCell measure_peak(const StepSetup& setup, BenchMode mode, int warmup = 1, int steps = 1);
+PeakCell measure_peak(const StepSetup& setup, StepMode mode, int warmup = 1, int steps = 1);
 
 struct MemoryRecording {
   std::vector<AllocEvent> events;  // every alloc/free from model construction to the last step
@@ -38,7 +38,7 @@ struct MemoryRecording {
 // runs of `mode`, writes the snapshot pickle to `pickle_path` (if non-empty) and returns the event
 // stream. stacks = "python" records no C++ frames (fast; the op names still come from lmscale's
 // own tracker), "all" adds C++ stack frames to the pickle (slow to symbolize on big models).
-MemoryRecording record_memory(const StepSetup& setup, BenchMode mode, int steps, const std::string& pickle_path,
+MemoryRecording record_memory(const StepSetup& setup, StepMode mode, int steps, const std::string& pickle_path,
                               const std::string& stacks = "python");
 
 }  // namespace lmscale

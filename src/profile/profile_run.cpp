@@ -70,10 +70,10 @@ ProfileReport run_profile(const ProfileOptions& o) {
   // clears the gradients outside the windows, as run() does after its backward.
   std::vector<std::pair<std::string, std::function<void()>>> phases = {
       {"forward", [&] { step.forward(o.mode); }}};
-  if (o.mode != BenchMode::Forward) phases.emplace_back("backward", [&] { step.backward(); });
-  if (o.mode == BenchMode::TrainStep) phases.emplace_back("optimizer", [&] { step.optimizer_step(); });
+  if (o.mode != StepMode::Forward) phases.emplace_back("backward", [&] { step.backward(); });
+  if (o.mode == StepMode::TrainStep) phases.emplace_back("optimizer", [&] { step.optimizer_step(); });
   auto after_step = [&] {
-    if (o.mode == BenchMode::ForwardBackward) step.optimizer().zero_grad(true);
+    if (o.mode == StepMode::ForwardBackward) step.optimizer().zero_grad(true);
   };
 
   std::vector<std::vector<TraceOp>> events(phases.size());

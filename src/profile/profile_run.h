@@ -13,7 +13,7 @@ namespace lmscale {
 
 struct ProfileOptions {
   StepSetup setup;
-  BenchMode mode = BenchMode::TrainStep;  // which phases: forward; + backward; + optimizer
+  StepMode mode = StepMode::TrainStep;  // which phases: forward; + backward; + optimizer
   int warmup = 2;          // unprofiled full steps first (allocator warm-up, cuBLAS heuristics)
   int steps = 3;           // profiled steps; tables are per step
   std::string trace_path;  // if set: one more full step profiled in one window, saved as a Chrome

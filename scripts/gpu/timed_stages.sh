@@ -1,0 +1,15 @@
+# Sourced by the one-call GPU scripts (session_check.sh, attention_check.sh, fp8_check.sh) after RES, OUT and STAGES are
+# set: want NAME (is the stage asked for), pack (OUT/$TARBALL from RES), stage NAME SECONDS CMD...
+# (run inside RES with a time limit, log to RES/NAME.log, append status and seconds to OUT/summary.txt,
+# pack), so a call cut off by its time limit still returns every stage that finished.
+want() { [[ $STAGES == *" $1 "* ]]; }
+pack() { tar czf "$OUT/$TARBALL" -C "$RES" . 2>/dev/null; }
+stage() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  (cd "$RES" && timeout -k 5 "$limit" "$@") >"$RES/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  pack
+  return $rc
+}
