@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "train/graphed_step.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fault_injection.h"
 #include "results/record.h"
+#include "train/graphed_step.h"
 
 namespace lmscale {
 namespace {
