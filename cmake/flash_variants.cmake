@@ -1,9 +1,10 @@
 # Included by CMakeLists.txt after it globbed LMSCALE_KERNEL_SOURCES (src/kernels/*.cu).
 # FlashAttention-2 instantiations are the files flash_{fwd,bwd}_hdim<D>_<dtype>.cu, written by
-# src/kernels/generate_flash_kernels.py: those files say which variants exist. LMSCALE_FA_HEADDIMS /
-# LMSCALE_FA_DTYPES choose which are built ("all", or a list such as 64 / bf16 for quick iteration),
-# and flash_variants.h, generated below, is the one list that dispatch (flash_api.cu), the ops'
-# checks and the tests read (docs/design.md §5.2).
+# src/kernels/generate_flash_kernels.py from the one list of head dims (it writes that list as
+# kernels/flash_head_dims.h; ctest House.FlashKernelFilesAreGenerated keeps both current), so the files
+# say which variants exist. LMSCALE_FA_HEADDIMS / LMSCALE_FA_DTYPES choose which are built ("all", or a
+# list such as 64 / bf16 for quick iteration), and flash_variants.h, generated below, is the built list
+# that dispatch (flash_api.cu), the ops' checks and the tests read (docs/design.md §5.2).
 set(LMSCALE_FA_HEADDIMS "all" CACHE STRING "FlashAttention head dims to build: all, or a list such as 64;128")
 set(LMSCALE_FA_DTYPES "all" CACHE STRING "FlashAttention dtypes to build: all, or a list such as bf16")
 set(_fa_files "")
@@ -39,12 +40,9 @@ endfunction()
 lmscale_fa_pick(LMSCALE_FA_HEADDIMS_BUILT "${LMSCALE_FA_HEADDIMS}" "${_fa_headdims_generated}" HEADDIMS)
 lmscale_fa_pick(LMSCALE_FA_DTYPES_BUILT "${LMSCALE_FA_DTYPES}" "${_fa_dtypes_generated}" DTYPES)
 list(SORT LMSCALE_FA_HEADDIMS_BUILT COMPARE NATURAL)
-# The X-macro items for flash_variants.h; every chosen (head dim, dtype) needs both directions' files.
-set(LMSCALE_FA_HEAD_DIM_ITEMS "")
+# The lists for flash_variants.h; every chosen (head dim, dtype) needs both directions' files.
+string(REPLACE ";" ", " LMSCALE_FA_HEAD_DIM_LIST "${LMSCALE_FA_HEADDIMS_BUILT}")
 set(LMSCALE_FA_DTYPE_ITEMS "")
-foreach(_hdim ${LMSCALE_FA_HEADDIMS_BUILT})
-  string(APPEND LMSCALE_FA_HEAD_DIM_ITEMS " X(${_hdim})")
-endforeach()
 foreach(_dtype ${LMSCALE_FA_DTYPES_BUILT})
   string(TOUPPER ${_dtype} _dtype_upper)
   string(APPEND LMSCALE_FA_DTYPE_ITEMS " X(${_dtype}, ${_dtype_upper})")

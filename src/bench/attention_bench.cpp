@@ -63,16 +63,16 @@ class SdpaOnly {
   std::array<bool, 4> saved_{};
 };
 
-// lmscale-hopper / lmscale-fa2: lmscale-flash with the forward's kernel family forced (FlashPath), so
-// the sm_90a kernels and the mma.sync ones can be compared in one run; lmscale-flash is the automatic
-// choice. The backward runs the family of its forward (ops saves it with the autograd node).
+// lmscale-hopper / lmscale-fa2: lmscale-flash with the kernel path forced (ops::set_flash_path), so the
+// sm_90a kernels and the mma.sync ones can be compared in one run; lmscale-flash is the automatic choice.
+// The backward runs the path of its forward (ops saves it with the autograd node).
 AttentionFn forced_path_fn(const std::string& impl) {
   const std::string path = impl == "lmscale-hopper" ? "hopper" : "mma-sync";
   return [path](auto& q, auto& k, auto& v, bool c) {
     struct Restore {
       std::string saved;
-      ~Restore() { ops::set_flash_forward_path(saved); }
-    } restore{ops::set_flash_forward_path(path)};
+      ~Restore() { ops::set_flash_path(saved); }
+    } restore{ops::set_flash_path(path)};
     return ops::flash_attention(q, k, v, c);
   };
 }

@@ -10,7 +10,7 @@
 namespace lmscale {
 
 // The implementations compared; names are the records' `impl`. lmscale-hopper / lmscale-fa2 (lmscale-flash
-// with the forward's kernel family forced) run only when named with --impl.
+// with the kernel path forced, ops::set_flash_path) run only when named with --impl.
 inline const std::vector<std::string>& attention_impls() {
   static const std::vector<std::string> names = {"lmscale-flash", "lmscale-hopper",     "lmscale-fa2", "sdpa-flash",
                                                  "sdpa-cudnn",    "sdpa-mem-efficient", "torch-naive"};

@@ -19,7 +19,7 @@ LMSCALE_SUBCOMMAND("bench", "attention", "attention sweep, FlashAttention benchm
       ->delimiter(',')->check(lmscale::cli::one_of("precision", {"bf16", "fp16", "fp32"}));
   app.add_option("--impl", opts->impls,
                  "lmscale-flash, lmscale-hopper, lmscale-fa2, sdpa-flash, sdpa-cudnn, sdpa-mem-efficient, torch-naive; comma "
-                 "list (default: all but lmscale-hopper / lmscale-fa2, which force the forward's kernel family)")
+                 "list (default: all but lmscale-hopper / lmscale-fa2, which force the kernel path)")
       ->delimiter(',')->check(lmscale::cli::one_of("implementation", lmscale::attention_impls()));
   app.add_option("--batch", opts->batch, "batch size (default: sweep 8, others 1)")->check(lmscale::cli::at_least(1));
   app.add_option("--heads", opts->heads, "heads (default: sweep none, flash 1, leaderboard 16)")

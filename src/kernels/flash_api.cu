@@ -1,15 +1,15 @@
-// Runtime dispatch of the FlashAttention-2 entry points (flash_params.h): dtype and head dim become
-// template arguments here, limited to the instantiations this build holds: the X-macro lists of
-// kernels/flash_variants.h, which CMake writes from LMSCALE_FA_HEADDIMS / LMSCALE_FA_DTYPES.
+// Runtime dispatch of the FlashAttention entry points (flash_params.h): the kernel family (fp32, Hopper,
+// mma.sync), then dtype and head dim become template arguments, limited to the instantiations this build
+// holds: the lists of kernels/flash_variants.h, which CMake writes from LMSCALE_FA_HEADDIMS / _DTYPES.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/flash_fp32.h"
+#include "kernels/flash_head_dims.h"
 #include "kernels/flash_params.h"
 #include "kernels/flash_variants.h"
 #ifdef LMSCALE_FA_HOPPER
@@ -38,21 +38,15 @@ struct FlashElement<FlashDtype::kFP16> {
   using type = __half;
 };
 
-// Calls Fn<T, D> for the built head dims; false when D was not built.
+// Runs the mma.sync kernel of (T, head dim) if the build holds that head dim; false otherwise.
 template <typename T, bool Backward>
 bool dispatch_head_dim(const FlashParams& p, cudaStream_t s) {
-#define LMSCALE_FA_CASE(D)                         \
-  case D:                                          \
-    if (Backward)                                  \
-      run_flash_bwd_<T, D>(p, s);                  \
-    else                                           \
-      run_flash_fwd_<T, D>(p, s);                  \
-    return true;
-  switch (p.head_dim) {
-    LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_CASE)
-    default: return false;
-  }
-#undef LMSCALE_FA_CASE
+  return with_head_dim(BuiltHeadDims{}, p.head_dim, [&](auto d) {
+    if constexpr (Backward)
+      run_flash_bwd_<T, decltype(d)::value>(p, s);
+    else
+      run_flash_fwd_<T, decltype(d)::value>(p, s);
+  });
 }
 
 template <bool Backward>
@@ -71,12 +65,6 @@ void dispatch(const FlashParams& p, void* stream) {
                              " is not built; built: " + flash_supported_list());
 }
 
-bool head_dim_built(int d) {
-#define LMSCALE_FA_HEAD_DIM_IS(D) || d == D
-  return false LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_HEAD_DIM_IS);
-#undef LMSCALE_FA_HEAD_DIM_IS
-}
-
 bool dtype_built(FlashDtype t) {
 #define LMSCALE_FA_DTYPE_IS(name, NAME) || t == FlashDtype::k##NAME
   return false LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_DTYPE_IS);
@@ -87,35 +75,28 @@ bool dtype_built(FlashDtype t) {
 
 bool flash_supported(FlashDtype dtype, int head_dim) {
   if (dtype == FlashDtype::kFP32) return flash_fp32_supported(head_dim);  // fp32 path: flash_fp32.h
-  return dtype_built(dtype) && head_dim_built(head_dim);
+  return dtype_built(dtype) && BuiltHeadDims::contains(head_dim);
 }
 
 std::string flash_supported_list() {
-  std::string dtypes, dims;
+  std::string dtypes;
 #define LMSCALE_FA_DTYPE_NAME(name, NAME) dtypes += (dtypes.empty() ? "" : "/") + std::string(#name);
   LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_DTYPE_NAME)
 #undef LMSCALE_FA_DTYPE_NAME
-#define LMSCALE_FA_HEAD_DIM_NAME(D) dims += (dims.empty() ? "" : ", ") + std::to_string(D);
-  LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_HEAD_DIM_NAME)
-#undef LMSCALE_FA_HEAD_DIM_NAME
-  return (dtypes.empty() ? "none" : dtypes) + " x head_dim {" + dims + "}";
+  return (dtypes.empty() ? "none" : dtypes) + " x head_dim {" + BuiltHeadDims::str() + "}; fp32 x head_dim {" +
+         FlashHeadDims::str() + "}";
 }
 
-// ---- Hopper path (issue 17): the sm_90a kernels of src/kernels/hopper/ where they apply (FlashPath).
+// ---- Hopper path (issue 17): the sm_90a kernels of src/kernels/hopper/ where they apply (FlashParams::path).
 namespace {
-std::atomic<int> g_default_path{static_cast<int>(FlashPath::kAuto)};
-
-FlashPath effective_path(const FlashParams& p) { return p.path != FlashPath::kAuto ? p.path : default_flash_path(); }
-
 #ifdef LMSCALE_FA_HOPPER
 // True when the Hopper kernels should run `p`; `why_not` is the direction's *_unsupported_reason. A forced
 // Hopper path that cannot run throws, naming the reason.
 bool hopper_chosen(const FlashParams& p, const char* entry, std::string (*why_not)(const FlashParams&)) {
-  const FlashPath path = effective_path(p);
-  if (path == FlashPath::kMmaSync) return false;
+  if (p.path == FlashPath::kMmaSync) return false;
   const std::string why = why_not(p);
   if (why.empty()) return true;
-  if (path == FlashPath::kHopper) throw std::runtime_error(std::string(entry) + ": the Hopper path was forced but " + why);
+  if (p.path == FlashPath::kHopper) throw std::runtime_error(std::string(entry) + ": the Hopper path was forced but " + why);
   return false;
 }
 
@@ -127,9 +108,9 @@ bool run_hopper_fwd_if_chosen(const FlashParams& p, void* stream) {
 }
 
 // True when the Hopper backward ran (preprocess, sm_90a main kernel, dQ conversion: run_bwd_steps).
+// Auto takes it at every Hopper head dim: faster than the mma.sync backward at each one measured since
+// backward v5 (docs/flash_notes.md).
 bool run_hopper_bwd_if_chosen(const FlashParams& p, void* stream) {
-  // Auto leaves the head dims where the mma.sync backward measured faster to it.
-  if (effective_path(p) == FlashPath::kAuto && !hopper::bwd_auto_prefers(p)) return false;
   if (!hopper_chosen(p, "run_flash_bwd", hopper::bwd_unsupported_reason)) return false;
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.dtype == FlashDtype::kBF16)
@@ -141,7 +122,7 @@ bool run_hopper_bwd_if_chosen(const FlashParams& p, void* stream) {
 #else
 // No Hopper kernels in this build: the mma.sync kernels run, unless the Hopper path was forced.
 bool hopper_not_built(const FlashParams& p, const char* entry) {
-  if (effective_path(p) == FlashPath::kHopper)
+  if (p.path == FlashPath::kHopper)
     throw std::runtime_error(std::string(entry) + ": the Hopper path was forced but this build has no Hopper kernels "
                              "(configure with LMSCALE_FA_HOPPER=ON)");
   return false;
@@ -150,9 +131,6 @@ bool run_hopper_fwd_if_chosen(const FlashParams& p, void*) { return hopper_not_b
 bool run_hopper_bwd_if_chosen(const FlashParams& p, void*) { return hopper_not_built(p, "run_flash_bwd"); }
 #endif
 }  // namespace
-
-void set_default_flash_path(FlashPath path) { g_default_path.store(static_cast<int>(path)); }
-FlashPath default_flash_path() { return static_cast<FlashPath>(g_default_path.load()); }
 
 void run_flash_fwd(const FlashParams& params, void* stream) {
   if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_fwd(params, stream);  // fp32 path: flash_fp32.h

@@ -6,8 +6,8 @@
 
 namespace lmscale::kernels {
 
-// Head dims the fp32 kernels are instantiated for (all of 16, 32, 64, 80, 128, whatever
-// LMSCALE_FA_HEADDIMS says: they are small and quick to compile).
+// Whether the fp32 kernels serve head_dim: every head dim of FlashHeadDims (flash_head_dims.h), whatever
+// LMSCALE_FA_HEADDIMS says (they are small and quick to compile).
 bool flash_fp32_supported(int head_dim);
 
 // Same contract as run_flash_fwd / run_flash_bwd (flash_params.h) for fp32 tensors. The backward

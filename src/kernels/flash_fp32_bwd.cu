@@ -13,6 +13,7 @@
 
 #include "kernels/flash_fp32.h"
 #include "kernels/flash_fp32_tile.cuh"
+#include "kernels/flash_head_dims.h"
 
 namespace lmscale::kernels {
 namespace flash_fp32 {
@@ -169,7 +170,7 @@ void launch_bwd(const FlashParams& p, cudaStream_t stream) {
 }  // namespace flash_fp32
 
 void run_flash_fp32_bwd(const FlashParams& p, void* stream) {
-  flash_fp32::with_head_dim(p.head_dim, "run_flash_fp32_bwd", [&](auto d) {
+  with_head_dim_or_throw(FlashHeadDims{}, p.head_dim, "run_flash_fp32_bwd", "fp32", [&](auto d) {
     constexpr int D = decltype(d)::value;
     if (p.is_causal)
       flash_fp32::launch_bwd<D, true>(p, static_cast<cudaStream_t>(stream));

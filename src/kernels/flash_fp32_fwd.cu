@@ -9,6 +9,7 @@
 
 #include "kernels/flash_fp32.h"
 #include "kernels/flash_fp32_tile.cuh"
+#include "kernels/flash_head_dims.h"
 
 namespace lmscale::kernels {
 namespace flash_fp32 {
@@ -101,15 +102,12 @@ void run_fwd(const FlashParams& p, cudaStream_t stream) {
 
 }  // namespace flash_fp32
 
-bool flash_fp32_supported(int head_dim) {
-  for (int d : flash_fp32::kHeadDims)
-    if (d == head_dim) return true;
-  return false;
-}
+bool flash_fp32_supported(int head_dim) { return FlashHeadDims::contains(head_dim); }
 
 void run_flash_fp32_fwd(const FlashParams& p, void* stream) {
-  flash_fp32::with_head_dim(p.head_dim, "run_flash_fp32_fwd",
-                            [&](auto d) { flash_fp32::run_fwd<decltype(d)::value>(p, static_cast<cudaStream_t>(stream)); });
+  with_head_dim_or_throw(FlashHeadDims{}, p.head_dim, "run_flash_fp32_fwd", "fp32", [&](auto d) {
+    flash_fp32::run_fwd<decltype(d)::value>(p, static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace lmscale::kernels

@@ -1,5 +1,5 @@
 // Shared-memory tile matmuls of the fp32 FlashAttention-2 kernels (flash_fp32_fwd.cu, _bwd.cu), and
-// their host-side launch and head-dim dispatch.
+// their host-side launch (the head-dim dispatch is head_dim_switch.h's, over flash_head_dims.h's list).
 //
 // Note [fp32 tile mapping]. A block of kThreads = 256 threads works on an "outer" tile of kOuter = 64
 // rows (queries in the forward and dQ kernels, keys in the dK/dV kernel) against "inner" tiles of
@@ -15,9 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
-#include <type_traits>
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_params.h"
@@ -148,8 +145,6 @@ struct Head {
   }
 };
 
-constexpr int kHeadDims[] = {16, 32, 64, 80, 128};  // what with_head_dim below instantiates
-
 // ----------------------------------------------------------------------------- host side
 
 // Launches kernel on grid (batch*heads, row_blocks) with kThreads threads and smem_bytes of dynamic
@@ -163,21 +158,6 @@ void launch(Kernel kernel, const FlashParams& p, int row_blocks, int smem_bytes,
   kernel<<<dim3(p.batch * p.heads, row_blocks), kThreads, smem_bytes, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
-}
-
-// The head dims the fp32 kernels are instantiated for: calls f(std::integral_constant<int, D>{}).
-template <typename F>
-void with_head_dim(int head_dim, const char* caller, F&& f) {
-  switch (head_dim) {
-    case 16: return f(std::integral_constant<int, 16>{});
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 80: return f(std::integral_constant<int, 80>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    default:
-      throw std::runtime_error(std::string(caller) + ": head_dim " + std::to_string(head_dim) +
-                               " has no fp32 kernel; supported: 16, 32, 64, 80, 128");
-  }
 }
 
 }  // namespace lmscale::kernels::flash_fp32

@@ -10,11 +10,11 @@ namespace lmscale::kernels {
 // kFP32: fp32 tensors, served by the fp32 SIMT kernels (flash_fp32.h), not the tensor-core ones.
 enum class FlashDtype { kBF16 = 0, kFP16 = 1, kFP32 = 2 };
 
-// Which kernel family runs the forward and the backward: kAuto picks the sm_90a wgmma/TMA kernels
-// (src/kernels/hopper/) when they apply (device sm_90, dtype and head dim built, strides TMA can
-// describe; the backward also needs dout so, and auto takes it only at head dims where it measured faster:
-// 80 and 128) and the mma.sync kernels otherwise; kMmaSync / kHopper force one (kHopper throws, naming the
-// reason, where it cannot run).
+// The kernel path: which family runs a bf16/fp16 forward or backward. FlashParams::path is the one switch
+// (ops/ fills it from ops::set_flash_path; fp32 tensors always run the fp32 kernels). kAuto takes the sm_90a
+// wgmma/TMA kernels (src/kernels/hopper/) wherever they can run (device sm_90, head dim in HopperHeadDims,
+// strides TMA can describe; the backward also needs dout so), forward and backward alike, and the mma.sync
+// kernels otherwise; kMmaSync / kHopper force one (kHopper throws, naming the reason, where it cannot run).
 enum class FlashPath { kAuto = 0, kMmaSync = 1, kHopper = 2 };
 
 // Element strides (not bytes). The last dim (D) must be contiguous and every row start 16-byte aligned
@@ -52,17 +52,13 @@ struct FlashParams {
   float scale = 0.f;  // softmax scale, 1/sqrt(D) by default
   bool is_causal = false;  // query i sees keys j <= i; requires seqlen_q == seqlen_k
   FlashDtype dtype = FlashDtype::kBF16;
-  FlashPath path = FlashPath::kAuto;  // kAuto: the process default below decides
+  FlashPath path = FlashPath::kAuto;
 };
-
-// The process-wide path for params whose `path` is kAuto (itself kAuto by default). `lmscale bench
-// attention --impl lmscale-hopper / lmscale-fa2` sets it around its timings; the ops never do.
-void set_default_flash_path(FlashPath path);
-FlashPath default_flash_path();
 
 // True when this build holds kernels for (dtype, head_dim); see LMSCALE_FA_HEADDIMS / _DTYPES.
 bool flash_supported(FlashDtype dtype, int head_dim);
-// The built set, e.g. "bf16/fp16 x {16, 32, 64, 80, 128}", for error messages.
+// The built set, e.g. "bf16/fp16 x head_dim {64, 128}; fp32 x head_dim {16, 32, 64, 80, 128}" (the fp32
+// kernels always serve the whole list), for error messages.
 std::string flash_supported_list();
 
 // Launch on `stream` (a cudaStream_t passed as void* so this header needs no CUDA include).

@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <sstream>
 
 #include "core/device.h"
@@ -93,6 +94,11 @@ at::Tensor as_bhnd(const at::Tensor& t) {
   return ok ? x : x.contiguous();
 }
 
+// The kernel path (kernels::FlashPath) of this process's CUDA calls: set_flash_path sets it, make_params
+// copies it into FlashParams::path, the one field the kernels read.
+std::atomic<int> g_flash_path{static_cast<int>(kernels::FlashPath::kAuto)};
+kernels::FlashPath flash_path() { return static_cast<kernels::FlashPath>(g_flash_path.load()); }
+
 kernels::FlashDtype kernel_dtype(at::ScalarType t) {
   if (t == at::kFloat) return kernels::FlashDtype::kFP32;
   return t == at::kHalf ? kernels::FlashDtype::kFP16 : kernels::FlashDtype::kBF16;
@@ -105,6 +111,7 @@ kernels::FlashDtype kernel_dtype(at::ScalarType t) {
 
 kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, const at::Tensor& v4, bool is_causal) {
   kernels::FlashParams p;
+  p.path = flash_path();
   p.q = q4.data_ptr();
   p.k = k4.data_ptr();
   p.v = v4.data_ptr();
@@ -206,11 +213,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> dispatch_backward(const at::Tenso
 }
 
 #ifdef LMSCALE_HAS_KERNELS
-// Sets the process's kernel family (FlashPath) for one scope and restores the previous one.
+// Sets the kernel path for one scope and restores the previous one.
 struct FlashPathScope {
-  kernels::FlashPath saved = kernels::default_flash_path();
-  explicit FlashPathScope(kernels::FlashPath p) { kernels::set_default_flash_path(p); }
-  ~FlashPathScope() { kernels::set_default_flash_path(saved); }
+  int saved;
+  explicit FlashPathScope(int path) : saved(g_flash_path.exchange(path)) {}
+  ~FlashPathScope() { g_flash_path.store(saved); }
 };
 #endif
 
@@ -222,9 +229,9 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     ctx->save_for_backward({q, k, v, o, L});
     ctx->saved_data["is_causal"] = is_causal;
 #ifdef LMSCALE_HAS_KERNELS
-    // The kernel family in force for the forward (set_flash_forward_path) also runs its backward, which
-    // autograd calls later, after a forced comparison (bench attention --impl) has restored the default.
-    ctx->saved_data["path"] = static_cast<int64_t>(kernels::default_flash_path());
+    // The kernel path of the forward (set_flash_path) also runs its backward, which autograd calls later,
+    // after a forced comparison (bench attention --impl) has restored the previous path.
+    ctx->saved_data["path"] = static_cast<int64_t>(g_flash_path.load());
 #endif
     return o;
   }
@@ -233,7 +240,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     const auto saved = ctx->get_saved_variables();
     const bool is_causal = ctx->saved_data["is_causal"].toBool();
 #ifdef LMSCALE_HAS_KERNELS
-    FlashPathScope path(static_cast<kernels::FlashPath>(ctx->saved_data["path"].toInt()));
+    FlashPathScope path(static_cast<int>(ctx->saved_data["path"].toInt()));
 #endif
     auto [dq, dk, dv] =
         dispatch_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
@@ -243,19 +250,17 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
 
 }  // namespace
 
-std::string set_flash_forward_path(const std::string& path) {
+std::string set_flash_path(const std::string& path) {
 #ifdef LMSCALE_HAS_KERNELS
   using kernels::FlashPath;
   auto name = [](FlashPath p) { return p == FlashPath::kHopper ? "hopper" : p == FlashPath::kMmaSync ? "mma-sync" : "auto"; };
-  TORCH_CHECK(path == "auto" || path == "hopper" || path == "mma-sync", "flash forward path '", path,
+  TORCH_CHECK(path == "auto" || path == "hopper" || path == "mma-sync", "set_flash_path: path '", path,
               "' is not one of auto, hopper, mma-sync");
-  const FlashPath before = kernels::default_flash_path();
-  kernels::set_default_flash_path(path == "hopper" ? FlashPath::kHopper
-                                  : path == "mma-sync" ? FlashPath::kMmaSync
-                                                       : FlashPath::kAuto);
-  return name(before);
+  const FlashPath next =
+      path == "hopper" ? FlashPath::kHopper : path == "mma-sync" ? FlashPath::kMmaSync : FlashPath::kAuto;
+  return name(static_cast<FlashPath>(g_flash_path.exchange(static_cast<int>(next))));
 #else
-  TORCH_CHECK(false, "choosing the flash forward path needs the CUDA kernels, which this build does not have");
+  TORCH_CHECK(false, "set_flash_path: choosing the kernel path needs the CUDA kernels, which this build does not have");
 #endif
 }
 
@@ -322,10 +327,7 @@ at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, con
 // What `python -m lmscale` prints: the kernels this library holds.
 std::string flash_build_info() {
 #ifdef LMSCALE_HAS_KERNELS
-  std::string fp32_dims;
-  for (int d = 1; d <= 256; ++d)  // the fp32 kernels' own list decides (flash_fp32.h)
-    if (kernels::flash_supported(kernels::FlashDtype::kFP32, d)) fp32_dims += (fp32_dims.empty() ? "" : ", ") + std::to_string(d);
-  return "cuda_kernels=" + kernels::flash_supported_list() + "; fp32 (SIMT) x head_dim {" + fp32_dims + "}";
+  return "cuda_kernels=" + kernels::flash_supported_list();
 #else
   return "cuda_kernels=none (built without nvcc: CUDA tensors fail, CPU runs the reference)";
 #endif

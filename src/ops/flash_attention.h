@@ -31,10 +31,11 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // false in CPU-only builds. Tests and benchmarks use it to skip what was not compiled.
 bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim);
 
-// The forward's kernel family on CUDA for the whole process: "auto" (the sm_90a kernels where they
-// apply, else mma.sync), "hopper" or "mma-sync" (forced, to compare the two); the backward of a call
-// runs the family that was set for its forward. Returns the previous setting. Throws without CUDA
+// The kernel path of bf16/fp16 CUDA calls for the whole process (kernels::FlashPath, the one switch):
+// "auto" (the default: the sm_90a kernels wherever they can run, forward and backward, else mma.sync),
+// "hopper" or "mma-sync" (forced, to compare the two; "hopper" throws where it cannot run). The backward of
+// a flash_attention call runs the path its forward ran. Returns the previous setting. Throws without CUDA
 // kernels in the build.
-std::string set_flash_forward_path(const std::string& path);
+std::string set_flash_path(const std::string& path);
 
 }  // namespace lmscale::ops

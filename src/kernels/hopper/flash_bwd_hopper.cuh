@@ -97,11 +97,9 @@ struct BwdConfig {
   static_assert(kDqRowSplit || kDqSplit % kDqChunkCols == 0, "each group's dQ columns start on a reduce chunk");
 };
 
-// The shipped tile per head dim (measured on an H100, docs/flash_notes.md, backward v5): 128-query tiles
-// at d = 64, where S^T / dP^T of 64 x 64 would be bound by shared-memory reads; 64 at d = 80 / 128, where
-// 128 would not fit the registers beside dK and dV.
+// The shipped tile per head dim: bwd_block_m of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using BwdShipped = BwdConfig<T, D, D == 64 ? 128 : 64>;
+using BwdShipped = BwdConfig<T, D, bwd_block_m(D)>;
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_bwd_kernel.cuh"
+#include "kernels/flash_head_dims.h"
 #include "kernels/hopper/flash_hopper.h"
 
 namespace lmscale::kernels::hopper {
@@ -28,16 +29,12 @@ void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
 }
 
-// The whole Hopper backward for head dims 64, 80 and 128 (bwd_unsupported_reason(p) must be empty).
+// The whole Hopper backward at any head dim of HopperHeadDims (bwd_unsupported_reason(p) must be empty).
 template <typename T>
 void run_bwd_all_steps(const FlashParams& p, cudaStream_t stream) {
   auto main_kernel = [](const FlashParams& q, cudaStream_t s) { run_bwd(q, s); };
-  switch (p.head_dim) {
-    case 64: return run_bwd_steps<T, 64>(p, stream, main_kernel);
-    case 80: return run_bwd_steps<T, 80>(p, stream, main_kernel);
-    case 128: return run_bwd_steps<T, 128>(p, stream, main_kernel);
-    default: throw std::runtime_error("run_flash_bwd (hopper): head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel");
-  }
+  with_head_dim_or_throw(HopperHeadDims{}, p.head_dim, "run_flash_bwd (hopper)", "Hopper",
+                         [&](auto d) { run_bwd_steps<T, decltype(d)::value>(p, stream, main_kernel); });
 }
 
 }  // namespace lmscale::kernels::hopper

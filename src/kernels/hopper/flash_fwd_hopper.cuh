@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/flash_params.h"
+#include "kernels/hopper/flash_hopper_tiles.h"
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/wgmma_ops.cuh"
 
@@ -66,16 +67,9 @@ struct FwdConfig {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
 };
 
-// The shipped variant per head dim, from the variant sweeps of tools/flash_hopper_probe.cu on an H100
-// (docs/flash_notes.md, Hopper v2 and v3): d=64 is exp-bound (MUFU work equals tensor work per tile), so
-// it takes longer key tiles and ping-pong; d=80 (seq 2048 in the 2.7B model) gains most from a third
-// consumer group (192-row blocks) with 96-key tiles, the largest that fit 128 registers per thread
-// without serialising the wgmmas; d=128 is tensor-bound and keeps 128 x 128 with two groups.
-constexpr int shipped_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; }
-constexpr int shipped_consumers(int d) { return d == 80 ? 3 : 2; }
-constexpr bool shipped_ping_pong(int d) { return d == 64; }
+// The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using FwdShipped = FwdConfig<T, D, shipped_block_n(D), shipped_consumers(D), shipped_ping_pong(D)>;
+using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)>;
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

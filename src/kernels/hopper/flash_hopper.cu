@@ -10,8 +10,10 @@
 #include <stdexcept>
 
 #include "kernels/cuda_check.h"
-#include "kernels/hopper/flash_bwd_hopper.cuh"  // BwdConfig
+#include "kernels/flash_head_dims.h"
+#include "kernels/hopper/flash_bwd_hopper.cuh"  // BwdShipped
 #include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped
+#include "kernels/hopper/flash_hopper_tiles.h"
 
 namespace lmscale::kernels::hopper {
 
@@ -25,12 +27,10 @@ namespace {
 // False when the head dim has no Hopper kernel or TMA cannot describe q/k/v.
 template <typename T>
 bool fwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 64: return launch_fwd<FwdShipped<T, 64>>(p, stream);
-    case 80: return launch_fwd<FwdShipped<T, 80>>(p, stream);
-    case 128: return launch_fwd<FwdShipped<T, 128>>(p, stream);
-    default: return false;
-  }
+  bool ran = false;
+  with_head_dim(HopperHeadDims{}, p.head_dim,
+                [&](auto d) { ran = launch_fwd<FwdShipped<T, decltype(d)::value>>(p, stream); });
+  return ran;
 }
 
 bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
@@ -39,12 +39,10 @@ bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
 
 template <typename T>
 bool bwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 64: return launch_bwd<BwdShipped<T, 64>>(p, stream);
-    case 80: return launch_bwd<BwdShipped<T, 80>>(p, stream);
-    case 128: return launch_bwd<BwdShipped<T, 128>>(p, stream);
-    default: return false;
-  }
+  bool ran = false;
+  with_head_dim(HopperHeadDims{}, p.head_dim,
+                [&](auto d) { ran = launch_bwd<BwdShipped<T, decltype(d)::value>>(p, stream); });
+  return ran;
 }
 
 // sm_90a code runs on compute capability 9.0 only (not on later archs): asked once per device.
@@ -74,8 +72,8 @@ bool tma_describable(const FlashParams& p, const void* ptr, int rows, int64_t ro
 }  // namespace
 
 std::string fwd_unsupported_reason(const FlashParams& p) {
-  if (p.head_dim != 64 && p.head_dim != 80 && p.head_dim != 128)
-    return "head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel (64, 80, 128 do)";
+  if (!HopperHeadDims::contains(p.head_dim))
+    return "head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel; supported: " + HopperHeadDims::str();
   if (p.is_causal && p.seqlen_q != p.seqlen_k) return "causal attention needs seqlen_q == seqlen_k";
   if (!device_is_sm90()) return "the current device is not sm_90 (the kernels are sm_90a code)";
   if (!tma_describable(p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
@@ -92,8 +90,6 @@ std::string bwd_unsupported_reason(const FlashParams& p) {
     return "dout's base address or strides are not 16-byte multiples, which TMA needs";
   return {};
 }
-
-bool bwd_auto_prefers(const FlashParams& p) { return p.head_dim == 64 || p.head_dim == 80 || p.head_dim == 128; }
 
 void run_bwd(const FlashParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);

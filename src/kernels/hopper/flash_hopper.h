@@ -17,11 +17,6 @@ void run_fwd(const FlashParams& p, void* stream);
 // Empty when the Hopper backward can run `p` (the forward's conditions, plus dout TMA-describable).
 std::string bwd_unsupported_reason(const FlashParams& p);
 
-// Whether FlashPath::kAuto should take the Hopper backward for `p` when it can run: at every head dim it
-// has, where backward v5 measured faster than the mma.sync backward on an H100 at every shape timed
-// (docs/flash_notes.md, backward v5; 2.88 vs 5.07 ms at 1 x 16 x 16384 x 64 causal).
-bool bwd_auto_prefers(const FlashParams& p);
-
 // Launches the Hopper backward's main kernel only: it reads p.dsum and adds into p.dq_accum, so the
 // preprocess runs before it and the dQ conversion after (run_bwd_steps, flash_bwd_hopper_steps.cuh).
 void run_bwd(const FlashParams& p, void* stream);

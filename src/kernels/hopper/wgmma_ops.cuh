@@ -12,14 +12,32 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "kernels/hopper/wgmma_widths.h"
+
 namespace lmscale::kernels::hopper {
 
+// The primary templates only compile for a (T, N) with no wrapper below, and then fail naming the fix.
 template <typename T, int N>
-__device__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  static_assert(wgmma_width_generated(N), "wgmma_ss<T, N>: no wrapper for this N: add N to NS in "
+                "src/kernels/hopper/generate_wgmma.py and run it");
+  static_assert(!wgmma_width_generated(N), "wgmma_ss<T, N>: no wrapper for this element type T: "
+                "TYPES in src/kernels/hopper/generate_wgmma.py lists the ones that have them");
+}
 template <typename T, int N>
-__device__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+  static_assert(wgmma_width_generated(N), "wgmma_rs<T, N>: no wrapper for this N: add N to NS in "
+                "src/kernels/hopper/generate_wgmma.py and run it");
+  static_assert(!wgmma_width_generated(N), "wgmma_rs<T, N>: no wrapper for this element type T: "
+                "TYPES in src/kernels/hopper/generate_wgmma.py lists the ones that have them");
+}
 template <typename T, int N>
-__device__ void wgmma_ss_bt(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
+__device__ __forceinline__ void wgmma_ss_bt(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  static_assert(wgmma_width_generated(N), "wgmma_ss_bt<T, N>: no wrapper for this N: add N to NS in "
+                "src/kernels/hopper/generate_wgmma.py and run it");
+  static_assert(!wgmma_width_generated(N), "wgmma_ss_bt<T, N>: no wrapper for this element type T: "
+                "TYPES in src/kernels/hopper/generate_wgmma.py lists the ones that have them");
+}
 
 template <>
 __device__ __forceinline__ void wgmma_ss<__nv_bfloat16, 32>(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {

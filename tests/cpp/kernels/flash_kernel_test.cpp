@@ -19,14 +19,13 @@
 
 #include "kernels/flash_params.h"
 #endif
+#include "kernels/flash_head_dims.h"
 #include "kernels/flash_variants.h"
 
 namespace lmscale {
 namespace {
 
-#define LMSCALE_FA_LIST_ITEM(D) D,
-constexpr int kHeadDims[] = {LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_LIST_ITEM)};  // the built list
-#undef LMSCALE_FA_LIST_ITEM
+constexpr auto kHeadDims = kernels::BuiltHeadDims::kValues;  // the built list
 constexpr int kSeqLens[] = {1, 97, 257, 1025};
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -67,7 +66,7 @@ kernels::FlashParams params_for(const torch::Tensor& q, const torch::Tensor& k, 
 }
 
 // The kernel family (forward and backward) for run_kernels: every path is checked where it can run, so on
-// an sm_90 device kHopper runs the sm_90a forward and backward at every built head dim (64, 80, 128).
+// an sm_90 device kHopper runs the sm_90a forward and backward at every built head dim of HopperHeadDims.
 constexpr kernels::FlashPath kPaths[] = {kernels::FlashPath::kMmaSync, kernels::FlashPath::kHopper};
 const char* path_name(kernels::FlashPath p) { return p == kernels::FlashPath::kHopper ? "hopper" : "mma.sync"; }
 
@@ -181,7 +180,7 @@ TEST(FlashKernel, HopperForwardMatchesFp64AcrossLengthsAndLayouts) {
 #else
   int checked = 0;
   for (auto dt : {torch::kBFloat16, torch::kHalf}) {
-    for (int d : {64, 80, 128}) {
+    for (int d : kernels::HopperHeadDims::kValues) {
       if (!ops::flash_kernel_available(dt, d)) continue;
       for (bool causal : {false, true}) {
         for (int n : {1, 17, 130, 1000, 4099}) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "kernels/flash_head_dims.h"
 #include "kernels/flash_variants.h"
 #include "ops/flash_attention.h"
 
@@ -17,9 +18,7 @@
 namespace lmscale {
 namespace {
 
-#define LMSCALE_FA_LIST_HEAD_DIM(D) D,
-const std::set<int> kBuiltHeadDims = {LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_LIST_HEAD_DIM)};
-#undef LMSCALE_FA_LIST_HEAD_DIM
+const std::set<int> kBuiltHeadDims(kernels::BuiltHeadDims::kValues.begin(), kernels::BuiltHeadDims::kValues.end());
 #define LMSCALE_FA_LIST_DTYPE(name, NAME) #name,
 const std::set<std::string> kBuiltDtypes = {LMSCALE_FA_FOR_EACH_DTYPE(LMSCALE_FA_LIST_DTYPE)};
 #undef LMSCALE_FA_LIST_DTYPE
@@ -43,6 +42,16 @@ TEST(FlashVariants, OpsAcceptExactlyTheBuiltHeadDimsAndDtypes) {
     }
   }
   EXPECT_GT(accepted, 0);
+#endif
+}
+
+TEST(FlashVariants, TheBuiltListIsPartOfTheOneListAndFp32ServesAllOfIt) {
+  for (int d : kBuiltHeadDims) EXPECT_TRUE(kernels::FlashHeadDims::contains(d)) << d << " is built but not generated";
+#ifndef LMSCALE_HAS_KERNELS
+  GTEST_SKIP() << "built without CUDA kernels";
+#else
+  for (int d = 1; d <= 256; ++d)
+    EXPECT_EQ(ops::flash_kernel_available(torch::kFloat, d), kernels::FlashHeadDims::contains(d)) << "fp32 head dim " << d;
 #endif
 }
 

@@ -1,0 +1,74 @@
+// The shipped tile choices of the sm_90a FlashAttention kernels per head dim, as plain constexpr functions
+// (no CUDA: tests/cpp/kernels/hopper/flash_hopper_tiles_test.cpp includes it), and static_asserts that every
+// head dim of HopperHeadDims gets shapes the kernels can run. FwdShipped / BwdShipped are these choices
+// (flash_hopper.cu static_asserts that they match).
+#pragma once
+#include "kernels/flash_head_dims.h"
+#include "kernels/hopper/wgmma_widths.h"
+
+namespace lmscale::kernels::hopper {
+
+// ---- the choices
+
+// Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)> (flash_fwd_hopper.cuh). From
+// the variant sweeps of tools/flash_hopper_probe.cu on an H100 (docs/flash_notes.md, Hopper v2 and v3): d=64
+// is exp-bound (MUFU work equals tensor work per tile), so it takes longer key tiles and ping-pong; d=80
+// (seq 2048 in the 2.7B model) gains most from a third consumer group (192-row blocks) with 96-key tiles,
+// the largest that fit 128 registers per thread without serialising the wgmmas; d=128 is tensor-bound and
+// keeps 128 x 128 with two groups.
+constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; }  // keys per K/V tile
+constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
+constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
+constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
+
+// Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
+// (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound
+// by shared-memory reads; 64 at d = 80 / 128, where 128 would not fit the registers beside dK and dV.
+constexpr int bwd_block_m(int d) { return d == 64 ? 128 : 64; }
+
+// ---- the rules a choice must keep (each one a predicate, so the CPU test can show it rejects a bad tile)
+
+// Shared memory one block may fill on sm_90: 227 KB, less 2 KB for the barriers and the alignment slack.
+constexpr int kSmemBudget = 227 * 1024 - 2048;
+
+// Columns of a d-wide tile in shared memory: d itself with the 128-byte swizzle (d % 64 == 0), else padded to
+// the 64-byte swizzle's 32-column chunks (80 -> 96; TMA zero-fills the padding).
+constexpr int padded_head_dim(int d) { return d % 64 == 0 ? d : (d + 31) / 32 * 32; }
+
+// The forward keeps Q and at least two stages of K and V (double buffering) in shared memory (2-byte elements).
+constexpr bool fwd_fits_smem(int d, int block_n, int consumers) {
+  return 64 * consumers * padded_head_dim(d) * 2 + 2 * 2 * block_n * padded_head_dim(d) * 2 <= kSmemBudget;
+}
+
+// Ping-pong alternates exactly two consumer groups; FwdConfig drops it silently for any other count.
+constexpr bool fwd_ping_pong_valid(int consumers, bool ping_pong) { return !ping_pong || consumers == 2; }
+
+// The backward's query tiles are one or two wgmma M's of the dQ GEMM (Note [dQ split]).
+constexpr bool bwd_block_m_valid(int block_m) { return block_m == 64 || block_m == 128; }
+
+// ---- the checks, for every head dim the Hopper kernels are instantiated for
+
+template <int D>
+struct HopperTileCheck {
+  static_assert(D % 16 == 0 && D <= 256, "the Hopper head dims are multiples of 16 up to 256 (wgmma k and N)");
+  static_assert(wgmma_width_generated(D), "O += P V, dV += P^T dO and dK += dS^T Q use a wgmma of N = D: add D to NS "
+                                          "in src/kernels/hopper/generate_wgmma.py and run it");
+  static_assert(fwd_block_n(D) % 16 == 0 && fwd_block_n(D) <= 256, "fwd_block_n: wgmma N, and 16-key steps of P V");
+  static_assert(wgmma_width_generated(fwd_block_n(D)), "S = Q K^T uses a wgmma of N = fwd_block_n(D): add it to NS "
+                                                       "in src/kernels/hopper/generate_wgmma.py and run it");
+  static_assert(fwd_consumers(D) >= 1 && fwd_consumers(D) <= 3, "one producer and 1-3 consumer warpgroups");
+  static_assert(fwd_ping_pong_valid(fwd_consumers(D), fwd_ping_pong(D)), "fwd_ping_pong needs two consumers");
+  static_assert(fwd_fits_smem(D, fwd_block_n(D), fwd_consumers(D)), "forward: Q and two K/V stages exceed 225 KB");
+  static_assert(bwd_block_m_valid(bwd_block_m(D)), "bwd_block_m: 64 or 128 queries per tile");
+  static_assert(wgmma_width_generated(bwd_block_m(D)), "S^T = K Q^T uses a wgmma of N = bwd_block_m(D): add it to NS "
+                                                       "in src/kernels/hopper/generate_wgmma.py and run it");
+  static constexpr bool kChecked = true;
+};
+
+template <int... Ds>
+constexpr bool hopper_tiles_checked(HeadDimList<Ds...>) {
+  return (HopperTileCheck<Ds>::kChecked && ... && true);
+}
+static_assert(hopper_tiles_checked(HopperHeadDims{}), "every Hopper head dim has a valid tile choice");
+
+}  // namespace lmscale::kernels::hopper
