@@ -75,6 +75,11 @@ void FusedAdamW::step_param(size_t i) {
   if (ran_kernel_) kernel_step_advanced_ = true;
 }
 
+void FusedAdamW::set_lr(double lr) {
+  TORCH_CHECK(lr >= 0, "AdamW learning rate must be >= 0, got ", lr);
+  opt_.lr = lr;
+}
+
 void FusedAdamW::set_bf16_copies(std::vector<at::Tensor> copies) {
   TORCH_CHECK(copies.size() == params_.size(), "set_bf16_copies: got ", copies.size(), " copies for ",
               params_.size(), " params; pass one per param (an undefined tensor where none is wanted)");

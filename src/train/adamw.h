@@ -34,6 +34,10 @@ class FusedAdamW {
   // One bf16 tensor per param (undefined where none is wanted), written with the updated weight on
   // every kernel step. Ignored by the ATen path: whoever reads the copies checks they are current.
   void set_bf16_copies(std::vector<at::Tensor> copies);
+  // The learning rate of the next step() / step_param() (a schedule sets it before each step; the
+  // kernel reads it as a launch argument, so it must not change inside a captured CUDA graph).
+  void set_lr(double lr);
+  double lr() const { return opt_.lr; }
   // Whether the last step() ran the lmscale kernel (false before the first step).
   bool ran_kernel() const { return ran_kernel_; }
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
