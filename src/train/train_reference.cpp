@@ -12,6 +12,7 @@
 #include "core/python_module.h"
 #include "model/config.h"
 #include "train/data_order.h"
+#include "train/initial_weights.h"
 #include "train/token_file.h"
 
 namespace lmscale {
@@ -91,7 +92,19 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
   const int fd = mkstemp(path.data());
   TORCH_CHECK(fd >= 0, "cannot create a temporary file for the reference run: set TMPDIR to a writable folder");
   ::close(fd);
-  write_text(path, torch_reference_input(run, recorded).dump() + "\n");
+  const std::string weights = path + ".weights";
+  struct Cleanup {  // the run and the weights go, whatever happens
+    std::vector<std::string> files;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const auto& f : files) std::filesystem::remove(f, ec);
+    }
+  } cleanup{{path, weights, weights + ".json"}};
+  // lmscale's initial weights for this setup: the reference starts where lmscale starts.
+  write_initial_weights(run.setup, weights);
+  Json input = torch_reference_input(run, recorded);
+  input["init_weights"] = weights;
+  write_text(path, input.dump() + "\n");
   std::deque<std::string> tail;  // the module's last lines that were not protocol: the reason, if it dies
   ProcessOptions options;
   options.capture_stdout = true;
@@ -125,8 +138,6 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
   };
   const ProcessResult proc =
       run_process(python_module_argv(kModule, {"--run", path}), python_module_options(options));
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
   if (proc.ok()) return;
   std::string last;
   for (const auto& l : tail) last += (last.empty() ? "" : " | ") + l;

@@ -1,7 +1,7 @@
 // The PyTorch reference of `lmscale train`: the spec's model written in PyTorch
 // (python/lmscale/baseline/e2e.py) trained by `python -m lmscale.baseline.train` on the same token
-// files, handed this run's batches, learning rates and validation windows, so that only the model
-// code differs. The protocol: one JSON object (the run) in a file; the module prints one line
+// files, handed this run's batches, learning rates, validation windows and lmscale's initial weights
+// (initial_weights.h), so that only the model code and its numerics differ. The protocol: one JSON object (the run) in a file; the module prints one line
 // {"eval": {...}} per evaluation and {"step": s} as it goes, flushed.
 #pragma once
 #include <set>

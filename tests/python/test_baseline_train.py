@@ -84,3 +84,37 @@ def test_bad_token_files_are_refused(tmp_path, content, message):
     path.write_bytes(content)
     with pytest.raises(ValueError, match=message):
         train.token_file(str(path), 512)
+
+
+def lmscale_name(name):
+    """This model's parameter name in lmscale's spelling (the inverse of train.RENAMES)."""
+    name = {"emb": "token_embeddings.weight", "ln.weight": "ln_final.weight", "head.weight": "lm_head.weight"}.get(name, name)
+    name = name.replace("blocks.", "layers.")
+    for p in ("q", "k", "v"):
+        name = name.replace(f".attn.{p}.", f".attn.{p}_proj.")
+    name = name.replace(".attn.o.", ".attn.output_proj.")
+    for w in ("w1", "w2", "w3"):
+        name = name.replace(f".{w}.", f".ffn.{w}.")
+    return name
+
+
+def test_starts_from_lmscales_initial_weights(tmp_path):
+    import torch
+    torch.manual_seed(1)
+    source = train.LM(512, 64, 256, 2, 4, 32, "sdpa")
+    index, offset, chunks = [], 0, []
+    for name, p in reversed(list(source.named_parameters())):  # any order: the index says where each is
+        index.append({"name": lmscale_name(name), "shape": list(p.shape), "offset": offset})
+        chunks.append(p.detach().flatten())
+        offset += p.numel()
+    path = tmp_path / "w.bin"
+    path.write_bytes(array.array("f", torch.cat(chunks).tolist()).tobytes())  # fp32, little-endian here
+    (tmp_path / "w.bin.json").write_text(json.dumps(index))
+    torch.manual_seed(2)
+    model = train.LM(512, 64, 256, 2, 4, 32, "sdpa")
+    train.load_lmscale_weights(model, str(path))
+    for (name, a), (_, b) in zip(source.named_parameters(), model.named_parameters()):
+        assert torch.equal(a, b), name
+    (tmp_path / "w.bin.json").write_text(json.dumps(index[1:]))  # one missing: named
+    with pytest.raises(ValueError, match="left these parameters unset"):
+        train.load_lmscale_weights(model, str(path))

@@ -10,8 +10,9 @@ hands it, so that only the model code differs between the two curves.
 
 The run holds the model's shape, precision, device, seed, AdamW settings, gradient-clip norm, the two
 token files (uint16 ids), and, computed by lmscale once: the window starts of every training step
-(``train_starts``), the learning rate of every step (``lr``), the validation windows and the steps to
-evaluate at (those in ``recorded`` are trained through, not evaluated). Each update is
+(``train_starts``), the learning rate of every step (``lr``), the validation windows, the steps to
+evaluate at (those in ``recorded`` are trained through, not evaluated), and lmscale's initial weights
+(``init_weights``, src/train/initial_weights.h), so both runs start from the same model. Each update is
 forward + loss under autocast, ``loss.backward()``, ``clip_grad_norm_``, the step's learning rate,
 ``torch.optim.AdamW(fused=True on CUDA)``. Printed on stdout, flushed: one line
 ``{"eval": {"step", "train_loss", "val_loss", "grad_norm", "lr", "elapsed_s"}}`` per evaluation, and
@@ -23,6 +24,7 @@ import argparse
 import contextlib
 import json
 import math
+import re
 import sys
 import time
 
@@ -46,6 +48,35 @@ def token_file(path, vocab):
     return data
 
 
+# lmscale's parameter names → this model's (src/model/: token_embeddings, layers.i.attn.q_proj, ffn.w1 ...).
+RENAMES = [(r"^token_embeddings\.weight$", "emb"), (r"^layers\.", "blocks."), (r"\.attn\.(q|k|v)_proj\.", r".attn.\1."),
+           (r"\.attn\.output_proj\.", ".attn.o."), (r"\.ffn\.", "."), (r"^ln_final\.", "ln."), (r"^lm_head\.", "head.")]
+
+
+def load_lmscale_weights(model, path):
+    """Copies lmscale's initial weights (src/train/initial_weights.h: fp32 values at `path`, an index
+    of names, shapes and offsets in `path`.json) into the model; every parameter must be set once."""
+    with open(path + ".json") as f:
+        index = json.load(f)
+    with open(path, "rb") as f:
+        total = f.seek(0, 2) // 4
+    values = torch.from_file(path, shared=False, size=total, dtype=torch.float32)
+    params = dict(model.named_parameters())
+    unset = set(params)
+    for e in index:
+        name = e["name"]
+        for pattern, repl in RENAMES:
+            name = re.sub(pattern, repl, name)
+        if name not in params or tuple(params[name].shape) != tuple(e["shape"]):
+            raise ValueError(f"lmscale parameter {e['name']} {e['shape']} has no match here (as {name})")
+        n = math.prod(e["shape"])
+        with torch.no_grad():
+            params[name].copy_(values[e["offset"]:e["offset"] + n].view(e["shape"]))
+        unset.discard(name)
+    if unset:
+        raise ValueError(f"lmscale's weights left these parameters unset: {sorted(unset)}")
+
+
 def windows(data, starts, context, device):
     """(inputs, targets): (B, T) int64 on device, targets one token later (data_order.h's batch_of)."""
     rows = torch.stack([data[s:s + context + 1] for s in starts]).to(torch.int64)
@@ -63,6 +94,8 @@ def train(run, out=sys.stdout):
     torch.manual_seed(run["seed"])
     with torch.device(dev):
         model = LM(run["vocab"], run["d_model"], run["d_ff"], run["layers"], run["heads"], run["model_context"], "sdpa")
+    if run.get("init_weights"):
+        load_lmscale_weights(model, run["init_weights"])
     a = run["adamw"]
     opt = torch.optim.AdamW(model.parameters(), lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"],
                             weight_decay=a["weight_decay"], fused=cuda)

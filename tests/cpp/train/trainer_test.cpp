@@ -188,9 +188,11 @@ TEST(TrainCli, TorchReferenceTrainsOnTheSameBatches) {
     if (j["metric"] == "val_loss") val[j["impl"].get<std::string>()][j["step"].get<int64_t>()] = j["value"].get<double>();
   ASSERT_EQ(val["torch-eager"].size(), 4u) << r.output;
   ASSERT_EQ(val["lmscale"].size(), 4u);
-  // Same model, data and schedule, different initial weights: both learn, to nearby losses.
+  // Same initial weights (lmscale's, handed over), same batches, same schedule: the same loss before
+  // training up to fp32 rounding, and after 30 updates still within the numerics goal's 1 %.
+  EXPECT_NEAR(val["torch-eager"][0], val["lmscale"][0], 1e-4 * val["lmscale"][0]);
   EXPECT_LT(val["torch-eager"][30], val["torch-eager"][0] - 1.5);
-  EXPECT_NEAR(val["torch-eager"][30], val["lmscale"][30], 0.25 * val["lmscale"][30]);
+  EXPECT_NEAR(val["torch-eager"][30], val["lmscale"][30], 0.01 * val["lmscale"][30]);
   const std::string cmp = testing::read_text(out + "/train_compare.md");
   EXPECT_NE(cmp.find("lmscale fp32 vs torch-eager fp32"), std::string::npos) << cmp;
   EXPECT_NE(r.output.find("torch-eager fp32  step 30/30"), std::string::npos) << r.output;
