@@ -21,9 +21,10 @@ void validate(const TrainRun& r) {
   TORCH_CHECK(r.lr.total == r.steps, "the learning-rate schedule must end at the last step (", r.steps, "), got ",
               r.lr.total);
   validate(r.lr);
-  TORCH_CHECK(!(r.setup.optimizer_in_backward && r.clip > 0),
-              "--optimizer-in-backward updates each parameter before the global gradient norm is known, so it "
-              "cannot clip: pass --clip 0 or drop --optimizer-in-backward");
+  // The loop runs the step's phases one by one, clipping between the backward and the update; the
+  // modes that update inside the backward live in TrainingStep::run() and are never armed here.
+  TORCH_CHECK(!r.setup.optimizer_in_backward, "lmscale train clips the gradients between the backward and the update, "
+              "so AdamW cannot run inside the backward: drop --optimizer-in-backward");
   validate(r.setup);
 }
 
