@@ -12,9 +12,16 @@ namespace lmscale {
 std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   std::vector<AblationRow> rows;
   E2EConfig c = base;
+  const bool fp8 = base.setup.precision == c10::kFloat8_e4m3fn;
+  const Fp8Layers chosen = base.setup.fp8;
+  if (fp8) c.setup.precision = c10::kBFloat16;  // the fast-path rows in bf16, then FP8 layer by layer
+  c.setup.fp8.qkv = c.setup.fp8.out_proj = c.setup.fp8.ffn = c.setup.fp8.lm_head = false;
+  c.setup.fp8.cached_weights = false;
   c.cuda_graph = false;
   c.setup.fused = false;
   c.setup.optimizer_in_backward = false;
+  c.setup.optimizer_overlap = false;
+  c.setup.overlap_sm_carveout = 0;
   c.setup.parts = {false, false, false, false, false, false, false};
   rows.push_back({"all off (eager, unfused)", c});
   c.cuda_graph = true;
@@ -33,9 +40,39 @@ std::vector<AblationRow> ablation_rows(const E2EConfig& base) {
   c.setup.parts.swiglu_kernel = true;
   rows.push_back({"+ SwiGLU gate kernel", c});
   c.setup.parts.cross_entropy_kernel = true;
-  rows.push_back({"+ cross-entropy kernel (all on)", c});
-  c.setup.optimizer_in_backward = true;  // an option, not the default: shown as one more row
-  rows.push_back({"+ optimizer in backward", c});
+  rows.push_back({"+ cross-entropy kernel (bf16 all on)", c});
+  if (fp8) {
+    // FP8 group by group, largest GEMMs first (the defaults: docs/training_step_notes.md, FP8).
+    c.setup.precision = c10::kFloat8_e4m3fn;
+    c.setup.fp8.ffn = chosen.ffn;
+    rows.push_back({"+ fp8 FFN (W1, W3, W2)", c});
+    c.setup.fp8.qkv = chosen.qkv;
+    rows.push_back({"+ fp8 QKV projection", c});
+    c.setup.fp8.out_proj = chosen.out_proj;
+    rows.push_back({"+ fp8 output projection", c});
+    c.setup.fp8.cached_weights = chosen.cached_weights;
+    rows.push_back({"+ fp8 weights cast once, after the update", c});
+  }
+  const E2EConfig all_on = c;  // the options below each change this config in one way
+  c.setup.optimizer_overlap = true;
+  rows.push_back({"+ optimizer overlapped with backward", c});
+  for (int sms : {8, 16, 32}) {
+    c.setup.overlap_sm_carveout = sms;
+    rows.push_back({"  with " + std::to_string(sms) + " SMs left out of the GEMMs", c});
+  }
+  if (fp8) {
+    c = all_on;
+    c.setup.fp8.lm_head = true;
+    rows.push_back({"option: fp8 LM head too", c});
+    if (base.setup.model.d_model < chosen.min_dim) {  // layers the default keeps in bf16 for their size
+      c = all_on;
+      c.setup.fp8.min_dim = 0;
+      rows.push_back({"option: fp8 also below min dim " + std::to_string(chosen.min_dim), c});
+    }
+  }
+  c = all_on;
+  c.setup.optimizer_in_backward = true;
+  rows.push_back({"option: optimizer in backward, same stream", c});
   return rows;
 }
 
@@ -57,6 +94,14 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
         j["change"] = row.change;
         j["fused"] = s.fused;
         j["optimizer_in_backward"] = s.optimizer_in_backward;
+        j["optimizer_overlap"] = s.optimizer_overlap;
+        j["overlap_sm_carveout"] = s.overlap_sm_carveout;
+        j["fp8_layers"] = Json{{"qkv", s.fp8.qkv},
+                               {"out_proj", s.fp8.out_proj},
+                               {"ffn", s.fp8.ffn},
+                               {"lm_head", s.fp8.lm_head},
+                               {"min_dim", s.fp8.min_dim},
+                               {"cached_weights", s.fp8.cached_weights}};
         j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
                                 {"bf16_weight_copies", s.parts.bf16_weight_copies},
                                 {"qkv_gemm", s.parts.qkv_gemm},

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "train/cuda_graph_step.h"
+#include "train/graphed_step.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fault_injection.h"
@@ -65,7 +65,7 @@ void measure(const E2EConfig& c, E2EResult& r) {
       step.run(c.mode, &clock);
     }
     clock.synchronize();  // one host sync per step, as the reference measurement prescribes
-    const int last = graph ? 1 : (c.mode == BenchMode::Forward ? 1 : c.mode == BenchMode::ForwardBackward ? 2 : 3);
+    const int last = graph ? 1 : (c.mode == StepMode::Forward ? 1 : c.mode == StepMode::ForwardBackward ? 2 : 3);
     const double t = clock.ms(0, last);
     r.step_ms.push_back(t);
     if (i < c.warmup) continue;

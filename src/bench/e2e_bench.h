@@ -16,7 +16,7 @@ namespace lmscale {
 
 struct E2EConfig {
   StepSetup setup;
-  BenchMode mode = BenchMode::TrainStep;
+  StepMode mode = StepMode::TrainStep;
   int warmup = 5;
   int steps = 10;
   // Replay the whole step as one CUDA graph when the device is CUDA (the default: shapes are
@@ -46,7 +46,7 @@ struct E2EResult {
 //   LMSCALE_INJECT_OOM=<size>[:<context>]    a real allocation far beyond any memory on the config's
 //                                            device (so CPU runs raise the CPU allocator's error)
 //   LMSCALE_INJECT_FAULT=<fault>@<size>[:<context>][,...]   fault: oom | capture | error, or
-//                                            capture-sync (a real capture failure: train/cuda_graph_step.h)
+//                                            capture-sync (a real capture failure: train/graphed_step.h)
 E2EResult run_e2e(const E2EConfig& config);
 
 // A cell's CUDA-graph capture note (E2EResult::cuda_graph_note), if any, on a line of its own to

@@ -15,7 +15,7 @@ int64_t sweep_model_context(const E2ESweep& s) {
 }
 
 E2EConfig sweep_config(const E2ESweep& s, const ModelConfig& model, int64_t context, c10::ScalarType precision,
-                       BenchMode mode, AttentionBackend backend) {
+                       StepMode mode, AttentionBackend backend) {
   E2EConfig c = s.base;
   c.setup.model = model;
   c.setup.model.context_length = sweep_model_context(s);

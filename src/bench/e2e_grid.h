@@ -13,7 +13,7 @@ struct E2ESweep {
   std::vector<ModelConfig> models;  // one per --size (attention set per backend below)
   std::vector<int64_t> contexts;
   std::vector<c10::ScalarType> precisions;
-  std::vector<BenchMode> modes;
+  std::vector<StepMode> modes;
   std::vector<AttentionBackend> backends;
   std::vector<std::string> baselines;  // torch-eager, torch-compile, torch-compile-ro (e2e_torch_baseline.h)
   // What the baselines measure: "model" (the strongest PyTorch path: SDPA, whole model compiled) or
@@ -32,7 +32,7 @@ struct E2ESweep {
 int64_t sweep_model_context(const E2ESweep& sweep);
 // One point of the sweep as a runnable config (the one place a grid point becomes an E2EConfig).
 E2EConfig sweep_config(const E2ESweep& sweep, const ModelConfig& model, int64_t context, c10::ScalarType precision,
-                       BenchMode mode, AttentionBackend backend);
+                       StepMode mode, AttentionBackend backend);
 // Every point of the sweep, size first (then context, precision, mode, backend): the order they run in.
 std::vector<E2EConfig> sweep_configs(const E2ESweep& sweep);
 // "small ctx 512 bf16 train-step flash": a config in progress lines.

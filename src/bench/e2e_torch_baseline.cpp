@@ -59,14 +59,16 @@ struct ConfigFile {
 }  // namespace
 
 const std::vector<std::string>& torch_baseline_impls() {
-  static const std::vector<std::string> impls = {"torch-eager", "torch-compile", "torch-compile-ro"};
+  static const std::vector<std::string> impls = {"torch-eager", "torch-compile", "torch-compile-ro", "torch-float8",
+                                                 "torch-float8-ro"};
   return impls;
 }
 
 void check_torch_baseline(const std::string& impl) {
   const auto& all = torch_baseline_impls();
   TORCH_CHECK(std::find(all.begin(), all.end(), impl) != all.end(), "--compare '", impl,
-              "' is not a baseline: use torch-eager, torch-compile and/or torch-compile-ro");
+              "' is not a baseline: use torch-eager, torch-compile, torch-compile-ro, torch-float8 and/or "
+              "torch-float8-ro");
 }
 
 void check_baseline_scope(const std::string& scope) {
@@ -75,7 +77,7 @@ void check_baseline_scope(const std::string& scope) {
               "written out, each block compiled)");
 }
 
-bool torch_baseline_compiles(const std::string& impl) { return impl.rfind("torch-compile", 0) == 0; }
+bool torch_baseline_compiles(const std::string& impl) { return impl != "torch-eager"; }
 
 std::string torch_baseline_description(const std::string& impl, const std::string& scope) {
   const bool model = scope == "model";
@@ -83,7 +85,12 @@ std::string torch_baseline_description(const std::string& impl, const std::strin
       model ? "`F.scaled_dot_product_attention` (PyTorch picks flash / cuDNN / memory-efficient)"
             : "attention as lmscale's backend of the row (naive: softmax(QKᵀ)V written out; sdpa and flash: SDPA)";
   if (impl == "torch-eager") return "the model op by op, " + attention + "\n";
-  const std::string mode = impl == "torch-compile-ro" ? "`mode=\"reduce-overhead\"` (CUDA graphs)" : "default mode";
+  const bool ro = impl.size() > 3 && impl.compare(impl.size() - 3, 3, "-ro") == 0;
+  const std::string mode = ro ? "`mode=\"reduce-overhead\"` (CUDA graphs)" : "default mode";
+  if (impl.rfind("torch-float8", 0) == 0)
+    return "torchao 0.18.0 float8 training (tensorwise: dynamic per-tensor scales, e4m3 forward, e5m2 gradients; "
+           "lmscale's FP8 layers, the LM head in bf16) + `torch.compile` of the whole model + loss, " + mode + ", " +
+           attention + "; compilation in warm-up, never timed\n";
   if (model)
     return "`torch.compile` of the whole model + loss, " + mode + ", " + attention +
            ", static shapes (one graph per context and grad mode); compilation and graph recording happen in "

@@ -12,7 +12,8 @@
 
 namespace lmscale {
 
-// The baselines, in the order a sweep runs them: torch-eager, torch-compile, torch-compile-ro.
+// The baselines, in the order a sweep runs them: torch-eager, torch-compile, torch-compile-ro, then
+// torchao float8 + compile (torch-float8, torch-float8-ro: precision fp8 only).
 const std::vector<std::string>& torch_baseline_impls();
 // Throws, naming the baselines there are, for anything else.
 void check_torch_baseline(const std::string& impl);

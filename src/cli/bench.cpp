@@ -60,6 +60,7 @@ void run(BenchArgs a) {
   s.base.setup.device = device;
   s.base.setup.fused = st.fused;
   s.base.setup.optimizer_in_backward = st.optimizer_in_backward;
+  if (st.optimizer_overlap) s.base.setup.optimizer_overlap = *st.optimizer_overlap;
   s.base.warmup = static_cast<int>(st.warmup);
   s.base.steps = static_cast<int>(st.steps);
   if (st.cuda_graph) s.base.cuda_graph = *st.cuda_graph;
@@ -105,9 +106,10 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
                    {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kDevice | kWarmup | kSteps |
                         kFastPath | kCudaGraph,
                     kSize | kContext | kPrecision | kMode | kAttention | kImpl,
-                    {"lmscale", "torch-eager", "torch-compile", "torch-compile-ro"},
+                    {"lmscale", "torch-eager", "torch-compile", "torch-compile-ro", "torch-float8", "torch-float8-ro"},
                     "lmscale (always runs) and PyTorch baselines in the same run: torch-eager, torch-compile, "
-                    "torch-compile-ro (reduce-overhead)"});
+                    "torch-compile-ro (reduce-overhead); with --precision fp8: torch-float8, torch-float8-ro "
+                    "(torchao float8 training + torch.compile)"});
   app.add_flag("--all-sizes", a->all_sizes, "the five sizes of docs/spec.md §1, small … 2.7B");
   app.add_option("--model-context", a->model_context, "model's max context (default: longest --context)")
       ->check(at_least(0));

@@ -143,9 +143,11 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
     set_default(o, joined(a.context));
   }
   if (has(kPrecision)) {
-    auto* o = add_value(app, "--precision", a.precision, "fp32, or bf16/fp16 autocast with fp32 weights",
+    auto* o = add_value(app, "--precision", a.precision, "fp32, or bf16/fp16 autocast with fp32 weights, or fp8: bf16 autocast with the large "
+                        "Linear layers' GEMMs in FP8 (Hopper GPUs; the LM head and layers under 1024 wide stay "
+                        "bf16: docs/training_step_notes.md)",
                         list(kPrecision));
-    o->check(one_of("precision", {"fp32", "bf16", "fp16"}))->type_name("PRECISION");
+    o->check(one_of("precision", {"fp32", "bf16", "fp16", "fp8"}))->type_name("PRECISION");
     set_default(o, joined(a.precision));
   }
   if (has(kMode)) {
@@ -178,6 +180,10 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
                           "unfused reference path (ablation): no fused CUDA kernels");
     app.add_flag("--optimizer-in-backward", a.optimizer_in_backward,
                  "run AdamW per parameter as soon as its gradient is final");
+    app.add_flag_callback("--optimizer-overlap", [&a] { a.optimizer_overlap = true; },
+                          "run AdamW on a second CUDA stream under the backward, bucket by bucket");
+    app.add_flag_callback("--no-optimizer-overlap", [&a] { a.optimizer_overlap = false; },
+                          "run AdamW after the backward");
   }
   if (has(kCudaGraph)) {
     app.add_flag_callback("--cuda-graph", [&a] { a.cuda_graph = true; },
@@ -248,6 +254,7 @@ StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device) {
   s.device = device;
   s.fused = a.fused;
   s.optimizer_in_backward = a.optimizer_in_backward;
+  if (a.optimizer_overlap) s.optimizer_overlap = *a.optimizer_overlap;
   return s;
 }
 

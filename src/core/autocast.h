@@ -15,15 +15,23 @@ inline at::Tensor cast_for_autocast(const at::Tensor& x) {
   return x.to(at::autocast::get_autocast_dtype(device));
 }
 
+// The autocast dtype of a training precision: fp8 (Float8_e4m3fn, see parse_dtype) runs everything
+// but its FP8 GEMMs under bf16 autocast; every other precision is its own autocast dtype.
+inline c10::ScalarType autocast_dtype(c10::ScalarType precision) {
+  return precision == c10::kFloat8_e4m3fn ? c10::kBFloat16 : precision;
+}
+
 class AutocastScope {
  public:
-  AutocastScope(c10::DeviceType device, c10::ScalarType dtype, bool enabled = true)
-      : device_(device), active_(enabled && dtype != c10::kFloat && dtype != c10::kDouble) {
+  // `precision` is a training precision: autocast runs in autocast_dtype(precision).
+  AutocastScope(c10::DeviceType device, c10::ScalarType precision, bool enabled = true)
+      : device_(device), dtype_(autocast_dtype(precision)),
+        active_(enabled && dtype_ != c10::kFloat && dtype_ != c10::kDouble) {
     if (!active_) return;
     prev_enabled_ = at::autocast::is_autocast_enabled(device_);
     prev_dtype_ = at::autocast::get_autocast_dtype(device_);
     at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::set_autocast_dtype(device_, dtype_);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
@@ -37,6 +45,7 @@ class AutocastScope {
 
  private:
   c10::DeviceType device_;
+  c10::ScalarType dtype_;
   bool active_;
   bool prev_enabled_ = false;
   c10::ScalarType prev_dtype_ = c10::kFloat;

@@ -43,7 +43,8 @@ c10::ScalarType parse_dtype(const std::string& raw) {
   if (n == "bf16" || n == "bfloat16") return c10::kBFloat16;
   if (n == "fp16" || n == "float16" || n == "half") return c10::kHalf;
   if (n == "fp64" || n == "float64" || n == "double") return c10::kDouble;
-  TORCH_CHECK(false, "dtype '", raw, "' is not understood: use fp32, bf16, fp16 or fp64");
+  if (n == "fp8") return c10::kFloat8_e4m3fn;
+  TORCH_CHECK(false, "dtype '", raw, "' is not understood: use fp32, bf16, fp16, fp64 or fp8");
 }
 
 std::string dtype_name(c10::ScalarType t) {
@@ -52,6 +53,7 @@ std::string dtype_name(c10::ScalarType t) {
     case c10::kBFloat16: return "bf16";
     case c10::kHalf: return "fp16";
     case c10::kDouble: return "fp64";
+    case c10::kFloat8_e4m3fn: return "fp8";
     default: return c10::toString(t);
   }
 }

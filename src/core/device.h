@@ -15,7 +15,8 @@ namespace lmscale {
 // Throws with the list of accepted values, or when CUDA is asked for on a machine without one.
 c10::Device resolve_device(const std::string& spec);
 
-// "fp32" | "bf16" | "fp16" | "fp64" (also "float32", "bfloat16", ...).
+// "fp32" | "bf16" | "fp16" | "fp64" (also "float32", "bfloat16", ...) | "fp8". "fp8" names the
+// training precision of FP8 GEMMs under bf16 autocast (StepSetup::precision), held as Float8_e4m3fn.
 c10::ScalarType parse_dtype(const std::string& name);
 std::string dtype_name(c10::ScalarType t);
 

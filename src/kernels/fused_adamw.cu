@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_scale.h"
 #include "kernels/fused_adamw_params.h"
 
 namespace lmscale::kernels {
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
   float* m = t.exp_avg[i];
   float* v = t.exp_avg_sq[i];
   auto* w16 = static_cast<__nv_bfloat16*>(t.param_bf16[i]);
+  unsigned* amax = w16 ? t.amax_bits[i] : nullptr;
+  unsigned a = 0;  // max |copy| of this thread's elements, as abs_bits
 
   const bool aligned = ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(g) |
                          reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) % 16 == 0) &&
@@ -71,6 +74,10 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
         packed.x = *reinterpret_cast<unsigned*>(&lo);
         packed.y = *reinterpret_cast<unsigned*>(&hi);
         *reinterpret_cast<uint2*>(w16 + e) = packed;
+        if (amax) {
+          const float2 l = __bfloat1622float2(lo), u = __bfloat1622float2(hi);
+          a = max(a, max(max(abs_bits(l.x), abs_bits(l.y)), max(abs_bits(u.x), abs_bits(u.y))));
+        }
       }
     }
     // The vector loop stops at the last whole float4 of the chunk; the tail (numel % 4) goes below.
@@ -84,7 +91,15 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
     p[e] = pp;
     m[e] = mm;
     v[e] = vv;
-    if (w16) w16[e] = __float2bfloat16_rn(pp);
+    if (w16) {
+      w16[e] = __float2bfloat16_rn(pp);
+      if (amax) a = max(a, abs_bits(__bfloat162float(w16[e])));
+    }
+  }
+  if (amax) {  // one atomic per warp: the max over the block is not worth a barrier here
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = max(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if ((threadIdx.x & 31) == 0 && a) atomicMax(amax, a);
   }
 }
 

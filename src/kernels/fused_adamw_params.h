@@ -8,7 +8,7 @@
 namespace lmscale::kernels {
 
 // Enough tensors per launch that a GPT-size model needs a handful of launches, few enough that the
-// argument struct stays far below the 4 KiB kernel-parameter limit (about 1.9 KiB).
+// argument struct stays far below the 4 KiB kernel-parameter limit (about 2.2 KiB).
 constexpr int kAdamWTensorsPerLaunch = 32;
 
 struct AdamWTensorList {
@@ -18,6 +18,9 @@ struct AdamWTensorList {
   float* exp_avg[kAdamWTensorsPerLaunch] = {};     // first moment m
   float* exp_avg_sq[kAdamWTensorsPerLaunch] = {};  // second moment v
   void* param_bf16[kAdamWTensorsPerLaunch] = {};  // __nv_bfloat16 copy of the updated param, or null
+  // With a bf16 copy: atomic max of |copy| into *amax_bits (the bits of a non-negative float as an
+  // unsigned int, kernels/fp8_scale.h), or null. The FP8 weights' scale, taken in the same pass.
+  unsigned* amax_bits[kAdamWTensorsPerLaunch] = {};
   int64_t numel[kAdamWTensorsPerLaunch] = {};
 };
 

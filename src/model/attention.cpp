@@ -8,6 +8,7 @@
 
 #include "core/autocast.h"
 #include "core/nvtx.h"
+#include "model/fp8_linear.h"
 #include "ops/flash_attention.h"
 #include "ops/fused_rope.h"
 
@@ -113,6 +114,11 @@ void CausalSelfAttentionImpl::pack_qkv() {
   }
 }
 
+torch::Tensor CausalSelfAttentionImpl::packed_bf16_copy() const {
+  const bool adjacent = qkv_packed() && adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16);
+  return adjacent ? rows_alias(q_proj->weight_bf16) : torch::Tensor();
+}
+
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   ScopedRange range("attention");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads, D = C / H;
@@ -126,7 +132,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
                         adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16);
     const bool grad = torch::GradMode::is_enabled() && q_proj->weight.requires_grad();
     torch::Tensor qkv;
-    if (copies && grad)
+    if (q_proj->uses_fp8(xc))
+      qkv = linear_fp8(xc, rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight),
+                       {q_proj->weight, k_proj->weight, v_proj->weight}, copies ? q_proj->fp8_weight() : nullptr);
+    else if (copies && grad)
       qkv = linear_on_bf16_copy(xc, rows_alias(q_proj->weight_bf16),
                                 {q_proj->weight, k_proj->weight, v_proj->weight});
     else if (grad)

@@ -29,6 +29,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   void pack_qkv();
   // Whether the q, k, v weights currently lie as row blocks of one [3C, C] tensor.
   bool qkv_packed() const;
+  // The [3C, C] bf16 copy the packed projection reads (a view over the three copies), or undefined
+  // unless the weights and their copies are packed.
+  torch::Tensor packed_bf16_copy() const;
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, output_proj{nullptr};
   RotaryEmbedding rope{nullptr};

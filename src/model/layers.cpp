@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/autocast.h"
+#include "model/fp8_linear.h"
 #include "ops/fused_rmsnorm.h"
 #include "ops/fused_swiglu.h"
 
@@ -120,7 +121,18 @@ torch::Tensor LinearImpl::attach_bf16_copy() {
   return weight_bf16;
 }
 
+bool LinearImpl::uses_fp8(const torch::Tensor& x) const {
+  const auto dev = weight.device().type();
+  return fp8 && at::autocast::is_autocast_enabled(dev) && at::autocast::get_autocast_dtype(dev) == torch::kBFloat16 &&
+         fp8_linear_ok(x, weight.size(0));
+}
+
+const ops::Fp8Tensor* LinearImpl::fp8_weight() const {
+  return weight_fp8.data.defined() && bf16_copy_current() ? &weight_fp8 : nullptr;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (uses_fp8(x)) return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight());
   if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
     return linear_on_bf16_copy(x, weight_bf16, {weight});
   return torch::linear(x, autocast_weight());

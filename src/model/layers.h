@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "ops/fp8_quantize.h"
+
 namespace lmscale {
 
 // Half-precision tensors upcast to fp32; fp32/fp64 returned as they are. The spec computes norms
@@ -50,9 +52,17 @@ class LinearImpl : public torch::nn::Module {
   // rewrites both through raw pointers (no version bump); any ATen write to the weight (init,
   // load, another optimizer) bumps the version, and the forward falls back to autocast's cast.
   torch::Tensor attach_bf16_copy();
+  // Under bf16 autocast, whether this layer's GEMMs run in FP8 (linear_fp8, fp8_linear.h): set by
+  // the training step for --precision fp8; shapes FP8 cannot take fall back to the bf16 path.
+  bool uses_fp8(const torch::Tensor& x) const;
+  // The cached FP8 weight (TransformerLM::attach_fp8_weights), when there is one and the bf16 copy it
+  // is refreshed from is current; null otherwise (linear_fp8 then casts the weight itself).
+  const ops::Fp8Tensor* fp8_weight() const;
   torch::Tensor weight;                           // (out, in)
   torch::Tensor weight_bf16;                      // undefined unless attach_bf16_copy ran
   int64_t weight_bf16_version = -1;
+  bool fp8 = false;
+  ops::Fp8Tensor weight_fp8;  // e4m3, both layouts; for packed q/k/v held by q_proj for the block
 };
 TORCH_MODULE(Linear);
 

@@ -3,6 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "core/nvtx.h"
 
 namespace lmscale {
@@ -63,6 +66,88 @@ void TransformerLMImpl::use_fused_rope(bool on) {
 
 void TransformerLMImpl::use_fused_swiglu(bool on) {
   for (const auto& layer : *layers) layer->as<TransformerBlock>()->ffn->fused_gate = on;
+}
+
+void TransformerLMImpl::use_fp8(const Fp8Layers& f) {
+  auto mark = [&](LinearImpl& lin, bool group_on) {
+    lin.fp8 = group_on && std::min(lin.weight.size(0), lin.weight.size(1)) >= f.min_dim;
+  };
+  for (const auto& layer : *layers) {
+    auto* block = layer->as<TransformerBlock>();
+    for (auto* lin : {block->attn->q_proj.get(), block->attn->k_proj.get(), block->attn->v_proj.get()})
+      mark(*lin, f.qkv);
+    mark(*block->attn->output_proj, f.out_proj);
+    for (auto* lin : {block->ffn->w1.get(), block->ffn->w2.get(), block->ffn->w3.get()}) mark(*lin, f.ffn);
+  }
+  mark(*lm_head, f.lm_head);
+}
+
+std::vector<torch::Tensor> TransformerLMImpl::attach_bf16_copies() {
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
+  bool packed = false;
+  for (const auto& layer : *layers) packed = packed || layer->as<TransformerBlock>()->attn->qkv_packed();
+  if (packed) pack_qkv();  // the q, k, v copies as one block too
+  // parameters() lists each module's own parameters before its children's, modules in pre-order:
+  // walking modules() the same way pairs every parameter with its module, hence with its copy.
+  std::vector<torch::Tensor> copies;
+  for (auto& m : modules(/*include_self=*/true)) {
+    auto* lin = m->as<LinearImpl>();
+    for (const auto& p : m->parameters(/*recurse=*/false))
+      copies.push_back(lin && p.is_same(lin->weight) ? lin->weight_bf16 : torch::Tensor());
+  }
+  TORCH_INTERNAL_ASSERT(copies.size() == parameters().size(), "attach_bf16_copies: ", copies.size(), " copies for ",
+                        parameters().size(), " parameters");
+  return copies;
+}
+
+std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor& amax_buffer) {
+  torch::NoGradGuard no_grad;
+  // Index of each Linear's weight in parameters(), walked as attach_bf16_copies walks it.
+  std::unordered_map<const LinearImpl*, size_t> index;
+  size_t k = 0;
+  for (auto& m : modules(/*include_self=*/true)) {
+    auto* lin = m->as<LinearImpl>();
+    for (const auto& p : m->parameters(/*recurse=*/false)) {
+      if (lin && p.is_same(lin->weight)) index[lin] = k;
+      ++k;
+    }
+  }
+  struct Operand {
+    LinearImpl* holder;
+    torch::Tensor source;
+    std::vector<size_t> params;
+  };
+  std::vector<Operand> operands;
+  auto single = [&](LinearImpl& lin) {
+    if (lin.fp8 && lin.weight_bf16.defined()) operands.push_back({&lin, lin.weight_bf16, {index.at(&lin)}});
+  };
+  for (const auto& layer : *layers) {
+    auto& attn = *layer->as<TransformerBlock>()->attn;
+    if (auto packed = attn.packed_bf16_copy(); packed.defined()) {
+      if (attn.q_proj->fp8)
+        operands.push_back({attn.q_proj.get(), packed,
+                            {index.at(attn.q_proj.get()), index.at(attn.k_proj.get()), index.at(attn.v_proj.get())}});
+    } else {
+      for (auto* lin : {attn.q_proj.get(), attn.k_proj.get(), attn.v_proj.get()}) single(*lin);
+    }
+    single(*attn.output_proj);
+    auto& ffn = *layer->as<TransformerBlock>()->ffn;
+    for (auto* lin : {ffn.w1.get(), ffn.w2.get(), ffn.w3.get()}) single(*lin);
+  }
+  single(*lm_head);
+  amax_buffer = torch::zeros({static_cast<int64_t>(operands.size())},
+                             torch::TensorOptions().dtype(torch::kInt).device(lm_head->weight.device()));
+  std::vector<DerivedWeights> out;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    auto& op = operands[i];
+    op.holder->weight_fp8 = ops::fp8_quantize(op.source, torch::kFloat8_e4m3fn, true, true);
+    auto amax = amax_buffer.slice(0, i, i + 1);
+    LinearImpl* holder = op.holder;
+    torch::Tensor source = op.source;
+    out.push_back({op.params, amax, [holder, source, amax] { ops::fp8_quantize_into(source, amax, holder->weight_fp8); }});
+  }
+  return out;
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {

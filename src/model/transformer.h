@@ -7,12 +7,30 @@
 #include <torch/nn/pimpl.h>
 
 #include <utility>
+#include <vector>
 
 #include "model/attention.h"
 #include "model/config.h"
+#include "model/fp8_linear.h"
 #include "model/layers.h"
 
 namespace lmscale {
+
+// Which Linear layers run their GEMMs in FP8 under `--precision fp8` (linear_fp8), by group, and the
+// smallest layer that does: a layer with min(in, out) below min_dim stays bf16, where the casts cost
+// more than the faster GEMM saves. The defaults are measured (docs/training_step_notes.md, FP8):
+// every block layer of xl and 2.7B in FP8, the LM head in bf16.
+constexpr int64_t kFp8MinDim = 1024;
+struct Fp8Layers {
+  bool qkv = true;       // the Q, K, V projections (one GEMM when packed)
+  bool out_proj = true;  // the attention output projection
+  bool ffn = true;       // W1, W3, W2 of SwiGLU
+  bool lm_head = false;  // the vocabulary projection, kept bf16 as torchao and Megatron-LM keep it
+  int64_t min_dim = kFp8MinDim;
+  // The weights quantized once per step, right after their update, with the amax the AdamW kernel
+  // takes as it writes the bf16 copies (attach_fp8_weights), instead of amax + cast in every forward.
+  bool cached_weights = true;
+};
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
@@ -41,6 +59,19 @@ class TransformerLMImpl : public torch::nn::Module {
   void use_fused_norms(bool on) { fused_norms = on; }
   // Every SwiGLU's silu(W1 x) ⊙ W3 x as one kernel each way (SwiGLUImpl::fused_gate).
   void use_fused_swiglu(bool on);
+  // Marks the Linear layers `layers` selects as FP8 (LinearImpl::fp8); the rest are unmarked.
+  void use_fp8(const Fp8Layers& layers);
+  // Gives every Linear a bf16 copy of its weight (LinearImpl::attach_bf16_copy; packed q, k, v copies
+  // as one block when the weights are packed) and hands them over for the optimizer to keep current:
+  // one tensor per entry of parameters(), in that order, undefined where the parameter has no copy.
+  // Call once, after pack_qkv and before the first forward that should read the copies.
+  std::vector<torch::Tensor> attach_bf16_copies();
+  // After attach_bf16_copies and use_fp8: quantizes each FP8 GEMM weight operand (one per FP8
+  // Linear, one per packed q/k/v block) once, keeps it on its Linear (LinearImpl::weight_fp8) and
+  // returns how to keep it current: per operand, the parameters it derives from and a refresh that
+  // re-quantizes it from the bf16 copy with the amax the AdamW kernel took (FusedAdamW::
+  // set_derived_weights). The forward then casts no weight. `amax_buffer` gets every amax slot.
+  std::vector<DerivedWeights> attach_fp8_weights(torch::Tensor& amax_buffer);
   ModelConfig config;
   bool fused_norms = false;
   Embedding token_embeddings{nullptr};

@@ -57,9 +57,22 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
                       const AdamWHyperparams& hyper, bool advance_step) {
+  fused_adamw_step(params, grads, exp_avgs, exp_avg_sqs, bf16_copies, {}, step, hyper, advance_step);
+}
+
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
+                      const at::Tensor& step, const AdamWHyperparams& hyper, bool advance_step) {
+  TORCH_CHECK(amax_slots.empty() || amax_slots.size() == params.size(), "fused_adamw_step: ", amax_slots.size(),
+              " amax slots for ", params.size(), " params: pass one per param (undefined where none) or none");
   std::string why;
   TORCH_CHECK(fused_adamw_accepts(params, grads, exp_avgs, exp_avg_sqs, bf16_copies, &why),
               "fused_adamw_step: ", why, "; use lmscale::FusedAdamW, which falls back to ATen's AdamW");
+  for (size_t i = 0; i < amax_slots.size(); ++i)
+    TORCH_CHECK(!amax_slots[i].defined() || (amax_slots[i].scalar_type() == at::kInt && amax_slots[i].numel() == 1 &&
+                                             bf16_copies[i].defined() && amax_slots[i].device() == params[i].device()),
+                "fused_adamw_step: amax slot ", i, " must be one int32 on the param's device, beside a bf16 copy");
   if (params.empty()) return;
   TORCH_CHECK(step.defined() && step.scalar_type() == at::kFloat && step.numel() == 1 &&
                   step.device() == params[0].device(),
@@ -88,6 +101,9 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
     list.exp_avg[k] = exp_avgs[i].data_ptr<float>();
     list.exp_avg_sq[k] = exp_avg_sqs[i].data_ptr<float>();
     list.param_bf16[k] = bf16_copies[i].defined() ? bf16_copies[i].data_ptr() : nullptr;
+    list.amax_bits[k] = i < amax_slots.size() && amax_slots[i].defined()
+                            ? reinterpret_cast<unsigned*>(amax_slots[i].data_ptr<int32_t>())
+                            : nullptr;
     list.numel[k] = params[i].numel();
     if (list.count == kernels::kAdamWTensorsPerLaunch) flush();
   }

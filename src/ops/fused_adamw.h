@@ -29,6 +29,14 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& bf16_copies, const at::Tensor& step,
                       const AdamWHyperparams& hyper, bool advance_step = true);
 
+// The same step, and for each defined amax_slots[i] (int32, one element, with a defined bf16 copy)
+// an atomic max of |copy| into it as float bits (kernels/fp8_scale.h): the FP8 weights' amax taken
+// in the update's own pass. Slots are not zeroed here (several params may share one).
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
+                      const at::Tensor& step, const AdamWHyperparams& hyper, bool advance_step = true);
+
 // The same step computed in fp64 on any device (the test oracle) from the hyperparameters rounded
 // to fp32, as the kernel and ATen hold them: advances `step`, updates params and moments in place
 // (rounded to their dtype once), and writes the bf16 copies.

@@ -39,7 +39,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 }  // namespace
 
-PeakCell measure_peak(const StepSetup& setup, BenchMode mode) {
+PeakCell measure_peak(const StepSetup& setup, StepMode mode) {
   PeakCell cell;
   const c10::Device dev = setup.device;
   if (auto why = memory_unsupported_reason(dev); !why.empty()) {
@@ -202,7 +202,7 @@ class Recording {
 }  // namespace
 #endif
 
-MemoryRecording record_memory(const StepSetup& setup, BenchMode mode, int steps, const std::string& pickle_path,
+MemoryRecording record_memory(const StepSetup& setup, StepMode mode, int steps, const std::string& pickle_path,
                               const std::string& stacks) {
   const c10::Device dev = setup.device;
   if (auto why = memory_unsupported_reason(dev); !why.empty()) TORCH_CHECK(false, why);

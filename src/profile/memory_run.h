@@ -25,7 +25,7 @@ struct PeakCell {
 // Builds a fresh TrainingStep, runs one warm-up step of `mode` (creates the optimizer state), resets
 // the peak counter, runs one more and reads the peak. Forward mode runs without autograd.
 // Releases everything (and the allocator cache) before returning, also after an OOM.
-PeakCell measure_peak(const StepSetup& setup, BenchMode mode);
+PeakCell measure_peak(const StepSetup& setup, StepMode mode);
 
 struct MemoryRecording {
   std::vector<AllocEvent> events;  // every alloc/free from model construction to the last step
@@ -37,7 +37,7 @@ struct MemoryRecording {
 // runs of `mode`, writes the snapshot pickle to `pickle_path` (if non-empty) and returns the event
 // stream. stacks = "python" records no C++ frames (fast; the op names still come from lmscale's
 // own tracker), "all" adds C++ stack frames to the pickle (slow to symbolize on big models).
-MemoryRecording record_memory(const StepSetup& setup, BenchMode mode, int steps, const std::string& pickle_path,
+MemoryRecording record_memory(const StepSetup& setup, StepMode mode, int steps, const std::string& pickle_path,
                               const std::string& stacks = "python");
 
 }  // namespace lmscale

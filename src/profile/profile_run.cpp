@@ -53,7 +53,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   TORCH_CHECK(o.warmup >= 0, "--warmup ", o.warmup, " must be >= 0");
   TrainingStep step(o.setup);
   const c10::Device dev = o.setup.device;
-  for (int i = 0; i < o.warmup; ++i) step.run(BenchMode::TrainStep);
+  for (int i = 0; i < o.warmup; ++i) step.run(StepMode::TrainStep);
   synchronize(dev);
 
   std::set<ActivityType> activities{ActivityType::CPU};
@@ -67,7 +67,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   };
 
   // The three phases of TrainingStep::run, each in its own profiler window.
-  auto forward = [&] { step.forward(BenchMode::TrainStep); };
+  auto forward = [&] { step.forward(StepMode::TrainStep); };
   auto backward = [&] { step.backward(); };
   auto optimizer = [&] { step.optimizer_step(); };
   const std::vector<std::pair<std::string, std::function<void()>>> phases = {
@@ -101,7 +101,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   if (!o.trace_path.empty()) {
     open_window();
     try {
-      step.run(BenchMode::TrainStep);
+      step.run(StepMode::TrainStep);
       synchronize(dev);
     } catch (...) {
       prof::disableProfiler();

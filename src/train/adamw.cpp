@@ -43,8 +43,13 @@ void FusedAdamW::update(const std::vector<size_t>& which, bool advance_kernel_st
     // One device step counter for the whole list (torch keeps one per param; they differ only when
     // some param misses a gradient on some step, which the LM never does).
     if (!kernel_step_.defined()) kernel_step_ = at::zeros({}, p.front().options().dtype(at::kFloat));
-    ops::fused_adamw_step(p, g, m, v, copies, kernel_step_,
+    std::vector<at::Tensor> amax;
+    if (!derived_.empty())
+      for (size_t i : which)
+        if (params_[i].grad().defined()) amax.push_back(amax_of_[i]);
+    ops::fused_adamw_step(p, g, m, v, copies, amax, kernel_step_,
                           {opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay}, advance_kernel_step);
+    finish_derived(which);
     return;
   }
   // The fused kernel reads `step` but does not advance it (torch.optim advances it first, too).
@@ -58,6 +63,7 @@ void FusedAdamW::step() {
   ensure_state();
   std::vector<size_t> all(params_.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  start_derived();
   update(all, /*advance_kernel_step=*/true);
 }
 
@@ -65,19 +71,57 @@ void FusedAdamW::begin_step() {
   at::NoGradGuard no_grad;
   ensure_state();
   kernel_step_advanced_ = false;
+  start_derived();
 }
 
-void FusedAdamW::step_param(size_t i) {
-  TORCH_CHECK(i < params_.size(), "step_param: index ", i, " out of ", params_.size(), " params");
+void FusedAdamW::step_param(size_t i) { step_params({i}); }
+
+void FusedAdamW::step_params(const std::vector<size_t>& indices) {
+  for (size_t i : indices) TORCH_CHECK(i < params_.size(), "step_params: index ", i, " out of ", params_.size(), " params");
   at::NoGradGuard no_grad;
   ensure_state();
-  update({i}, /*advance_kernel_step=*/!kernel_step_advanced_);
+  update(indices, /*advance_kernel_step=*/!kernel_step_advanced_);
   if (ran_kernel_) kernel_step_advanced_ = true;
 }
 
 void FusedAdamW::set_lr(double lr) {
   TORCH_CHECK(lr >= 0, "AdamW learning rate must be >= 0, got ", lr);
   opt_.lr = lr;
+}
+
+void FusedAdamW::set_derived_weights(std::vector<DerivedWeights> derived, at::Tensor amax_buffer) {
+  for (const auto& d : derived)
+    TORCH_CHECK(d.amax.defined() && amax_buffer.defined() && d.amax.storage().is_alias_of(amax_buffer.storage()),
+                "set_derived_weights: every amax slot must be a view of amax_buffer");
+  amax_of_.assign(params_.size(), at::Tensor());
+  derived_of_.assign(params_.size(), -1);
+  for (size_t d = 0; d < derived.size(); ++d)
+    for (size_t i : derived[d].params) {
+      TORCH_CHECK(i < params_.size() && derived_of_[i] < 0, "set_derived_weights: param ", i,
+                  " is out of range or in two entries");
+      TORCH_CHECK(i < bf16_copies_.size() && bf16_copies_[i].defined(), "set_derived_weights: param ", i,
+                  " has no bf16 copy: call set_bf16_copies first");
+      derived_of_[i] = static_cast<int>(d);
+      amax_of_[i] = derived[d].amax;
+    }
+  derived_ = std::move(derived);
+  derived_amax_ = std::move(amax_buffer);
+}
+
+void FusedAdamW::start_derived() {
+  derived_pending_.clear();
+  if (derived_.empty()) return;
+  derived_amax_.zero_();
+  for (const auto& d : derived_) derived_pending_.push_back(d.params.size());
+}
+
+void FusedAdamW::finish_derived(const std::vector<size_t>& updated) {
+  if (derived_.empty()) return;
+  for (size_t i : updated) {
+    const int d = derived_of_[i];
+    if (d < 0 || !params_[i].grad().defined()) continue;
+    if (--derived_pending_[d] == 0) derived_[d].refresh();
+  }
 }
 
 void FusedAdamW::set_bf16_copies(std::vector<at::Tensor> copies) {

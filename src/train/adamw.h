@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "model/fp8_linear.h"  // DerivedWeights
+
 namespace lmscale {
 
 struct AdamWOptions {
@@ -26,6 +28,8 @@ class FusedAdamW {
   // Same numerics as step(): the same per-element update, the step counter advanced once.
   void begin_step();
   void step_param(size_t index);
+  // Several parameters at once (one multi-tensor launch), after begin_step(), like step_param.
+  void step_params(const std::vector<size_t>& indices);
   // set_to_none (PyTorch's default): gradients become None and the next backward allocates fresh
   // ones (inside a CUDA graph, at the same addresses on every replay). Otherwise they are zeroed
   // in place, and the next backward accumulates into them.
@@ -38,6 +42,10 @@ class FusedAdamW {
   // kernel reads it as a launch argument, so it must not change inside a captured CUDA graph).
   void set_lr(double lr);
   double lr() const { return opt_.lr; }
+  // Weights derived from the params, refreshed after each update (the cached FP8 weights; see
+  // DerivedWeights in model/fp8_linear.h). Each param in at most one entry, each with a bf16 copy.
+  // `amax_buffer` holds every entry's amax slot: one memset zeroes them all at the start of a step.
+  void set_derived_weights(std::vector<DerivedWeights> derived, at::Tensor amax_buffer);
   // Whether the last step() ran the lmscale kernel (false before the first step).
   bool ran_kernel() const { return ran_kernel_; }
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
@@ -47,7 +55,15 @@ class FusedAdamW {
   void ensure_state();
   void update(const std::vector<size_t>& which, bool advance_kernel_step);
 
+  void start_derived();  // zeroes the amax slots and the per-step bookkeeping
+  void finish_derived(const std::vector<size_t>& updated);
+
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_, bf16_copies_;
+  std::vector<DerivedWeights> derived_;
+  at::Tensor derived_amax_;
+  std::vector<at::Tensor> amax_of_;          // per param: its derived entry's amax slot, or undefined
+  std::vector<int> derived_of_;              // per param: index into derived_, or -1
+  std::vector<size_t> derived_pending_;      // per derived entry: params still to update this step
   at::Tensor kernel_step_;  // the kernel path's one step counter (steps_ serve the ATen path)
   AdamWOptions opt_;
   bool use_kernel_ = true, ran_kernel_ = false, kernel_step_advanced_ = false;

@@ -25,6 +25,8 @@ void validate(const TrainRun& r) {
   // modes that update inside the backward live in TrainingStep::run() and are never armed here.
   TORCH_CHECK(!r.setup.optimizer_in_backward, "lmscale train clips the gradients between the backward and the update, "
               "so AdamW cannot run inside the backward: drop --optimizer-in-backward");
+  TORCH_CHECK(!r.setup.optimizer_overlap, "lmscale train clips the gradients between the backward and the update, "
+              "so AdamW cannot run under the backward: drop --optimizer-overlap");
   validate(r.setup);
 }
 
@@ -60,7 +62,7 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
     for (int64_t i = 0; i < run.eval_batches; ++i) {
       const std::vector<int64_t> starts(val_starts.begin() + i * B, val_starts.begin() + (i + 1) * B);
       load(batch_of(val, starts, T, setup.device));
-      step.forward(BenchMode::Forward);  // no autograd, same autocast and kernels as training
+      step.forward(StepMode::Forward);  // no autograd, same autocast and kernels as training
       sum += step.last_loss().detach().to(at::kFloat);
     }
     step.release_loss();
@@ -80,7 +82,7 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
   if (!recorded.count(0)) evaluate(0);
   for (int64_t s = 1; s <= run.steps; ++s) {
     load(batch_of(train, train_window_starts(run.data_seed, s - 1, B, train.size(), T), T, setup.device));
-    step.forward(BenchMode::TrainStep);
+    step.forward(StepMode::TrainStep);
     step.backward();
     last_norm = clip_grad_norm(optimizer.params(), run.clip);
     optimizer.set_lr(lr_at(run.lr, s));

@@ -5,28 +5,27 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <unordered_map>
-
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/nvtx.h"
 #include "ops/fused_adamw.h"
+#include "ops/fp8_gemm.h"
 #include "ops/fused_cross_entropy.h"
 
 namespace lmscale {
 
-BenchMode parse_mode(const std::string& n) {
-  if (n == "forward" || n == "fwd") return BenchMode::Forward;
-  if (n == "forward-backward" || n == "fwd-bwd" || n == "forward_backward") return BenchMode::ForwardBackward;
-  if (n == "train-step" || n == "train" || n == "step" || n == "train_step") return BenchMode::TrainStep;
+StepMode parse_mode(const std::string& n) {
+  if (n == "forward" || n == "fwd") return StepMode::Forward;
+  if (n == "forward-backward" || n == "fwd-bwd" || n == "forward_backward") return StepMode::ForwardBackward;
+  if (n == "train-step" || n == "train" || n == "step" || n == "train_step") return StepMode::TrainStep;
   TORCH_CHECK(false, "mode '", n, "' is not a mode: use forward, forward-backward or train-step");
 }
 
-std::string mode_name(BenchMode m) {
+std::string mode_name(StepMode m) {
   switch (m) {
-    case BenchMode::Forward: return "forward";
-    case BenchMode::ForwardBackward: return "forward-backward";
-    case BenchMode::TrainStep: return "train-step";
+    case StepMode::Forward: return "forward";
+    case StepMode::ForwardBackward: return "forward-backward";
+    case StepMode::TrainStep: return "train-step";
   }
   return "?";
 }
@@ -37,8 +36,13 @@ void validate(const StepSetup& s) {
   TORCH_CHECK(s.context > 0, "context must be positive, got ", s.context);
   TORCH_CHECK(s.context <= s.model.context_length, "context ", s.context, " is longer than the model's context_length ",
               s.model.context_length, ": raise model.context_length (lmscale bench: --model-context)");
-  TORCH_CHECK(s.precision == c10::kFloat || s.precision == c10::kBFloat16 || s.precision == c10::kHalf,
-              "precision ", c10::toString(s.precision), " is not supported: use fp32, bf16 or fp16");
+  TORCH_CHECK(s.precision == c10::kFloat || s.precision == c10::kBFloat16 || s.precision == c10::kHalf ||
+                  s.precision == c10::kFloat8_e4m3fn,
+              "precision ", c10::toString(s.precision), " is not supported: use fp32, bf16, fp16 or fp8");
+  if (s.precision == c10::kFloat8_e4m3fn) {
+    const auto why = ops::fp8_unsupported_reason(s.device);
+    TORCH_CHECK(why.empty(), why);
+  }
   if (s.device.is_cpu())
     TORCH_CHECK(s.precision != c10::kHalf, "precision fp16 autocast is not supported on CPU: use fp32 or bf16, "
                 "or run on a GPU");
@@ -69,23 +73,18 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   model_->use_fused_swiglu(fused_cuda && setup_.parts.swiglu_kernel);
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
-  if (uses_bf16_weight_copies()) {
-    // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
-    // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
-    for (auto& m : model_->modules(/*include_self=*/false))
-      if (auto* lin = m->as<LinearImpl>()) lin->attach_bf16_copy();
-    if (setup_.parts.qkv_gemm) model_->pack_qkv();  // the q, k, v copies as one block too
-    std::unordered_map<const void*, torch::Tensor> copy_of;
-    for (auto& m : model_->modules(/*include_self=*/false))
-      if (auto* lin = m->as<LinearImpl>()) copy_of[lin->weight.unsafeGetTensorImpl()] = lin->weight_bf16;
-    std::vector<torch::Tensor> copies;
-    for (const auto& p : params) {
-      auto it = copy_of.find(p.unsafeGetTensorImpl());
-      copies.push_back(it == copy_of.end() ? torch::Tensor() : it->second);
-    }
-    optimizer_->set_bf16_copies(std::move(copies));
+  // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
+  // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
+  if (uses_bf16_weight_copies()) optimizer_->set_bf16_copies(model_->attach_bf16_copies());
+  if (is_fp8()) model_->use_fp8(setup_.fp8);  // FP8 GEMMs read the bf16 copies when there are some
+  if (is_fp8() && uses_bf16_weight_copies() && setup_.fp8.cached_weights) {
+    torch::Tensor amax_buffer;
+    auto derived = model_->attach_fp8_weights(amax_buffer);
+    optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
   }
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
+  else if (setup_.optimizer_overlap)
+    overlap_ = std::make_unique<OptimizerOverlap>(*optimizer_, setup_.overlap_bucket_bytes, setup_.overlap_sm_carveout);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
   targets_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);
@@ -126,13 +125,13 @@ void TrainingStep::install_optimizer_hooks(const std::vector<torch::Tensor>& par
 
 bool TrainingStep::uses_bf16_weight_copies() const {
   return setup_.fused && setup_.device.is_cuda() && setup_.parts.adamw_kernel && setup_.parts.bf16_weight_copies &&
-         setup_.precision == c10::kBFloat16 && ops::fused_adamw_available();
+         autocast_dtype(setup_.precision) == c10::kBFloat16 && ops::fused_adamw_available();
 }
 
-void TrainingStep::forward(BenchMode mode) {
+void TrainingStep::forward(StepMode mode) {
   ScopedRange r("forward");
   std::optional<torch::NoGradGuard> no_grad;
-  if (mode == BenchMode::Forward) no_grad.emplace();
+  if (mode == StepMode::Forward) no_grad.emplace();
   AutocastScope autocast(setup_.device.type(), setup_.precision);
   auto logits = model_(inputs_);
   const bool fused_loss = setup_.fused && setup_.device.is_cuda() && setup_.parts.cross_entropy_kernel;
@@ -151,31 +150,35 @@ void TrainingStep::optimizer_step(bool keep_grads) {
   optimizer_->zero_grad(!keep_grads);
 }
 
-void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
+void TrainingStep::run(StepMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
   forward(mode);
   if (clock) clock->mark();
-  if (mode == BenchMode::Forward) return;
-  const bool in_backward = in_backward_ && mode == BenchMode::TrainStep;
+  if (mode == StepMode::Forward) return;
+  const bool in_backward = in_backward_ && mode == StepMode::TrainStep;
+  const bool overlap = overlap_ && mode == StepMode::TrainStep;
   if (in_backward) {
     // Each parameter updates (and drops its gradient) inside backward; the optimizer phase is empty.
     optimizer_->begin_step();
     in_backward_->armed = true;
     in_backward_->keep_grads = keep_grads;
   }
+  if (overlap) overlap_->begin_backward(keep_grads);
   try {
     backward();
   } catch (...) {
     if (in_backward) in_backward_->armed = false;
+    if (overlap) overlap_->abandon();
     throw;
   }
+  if (overlap) overlap_->finish_backward();  // the current stream waits for the updates here
   if (clock) clock->mark();
-  if (mode == BenchMode::ForwardBackward) {
+  if (mode == StepMode::ForwardBackward) {
     optimizer_->zero_grad(!keep_grads);
     return;
   }
-  if (in_backward) {
-    in_backward_->armed = false;
+  if (in_backward || overlap) {
+    if (in_backward) in_backward_->armed = false;
     ScopedRange r("optimizer");  // empty: kept so the phase marks and ranges stay the same
   } else {
     optimizer_step(keep_grads);
@@ -183,12 +186,12 @@ void TrainingStep::run(BenchMode mode, StepClock* clock, bool keep_grads) {
   if (clock) clock->mark();
 }
 
-double TrainingStep::flops(BenchMode mode) const {
+double TrainingStep::flops(StepMode mode) const {
   const auto& m = setup_.model;
   const double B = setup_.batch, T = setup_.context, d = m.d_model, L = m.num_layers;
   const double linear_params = L * (4 * d * d + 3 * d * m.d_ff) + d * m.vocab_size;
   const double forward = 2 * B * T * linear_params + L * 4 * B * T * T * d;  // + QKᵀ and PV
-  return mode == BenchMode::Forward ? forward : 3 * forward;
+  return mode == StepMode::Forward ? forward : 3 * forward;
 }
 
 }  // namespace lmscale

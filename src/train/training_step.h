@@ -11,21 +11,29 @@
 
 #include "core/timer.h"
 #include "train/adamw.h"
+#include "train/optimizer_overlap.h"
 #include "model/config.h"
 #include "model/transformer.h"
 
 namespace lmscale {
 
-enum class BenchMode { Forward, ForwardBackward, TrainStep };
+enum class StepMode { Forward, ForwardBackward, TrainStep };
 // forward | forward-backward | train-step (a few aliases accepted); throws listing them otherwise.
-BenchMode parse_mode(const std::string& name);
-std::string mode_name(BenchMode m);
+StepMode parse_mode(const std::string& name);
+std::string mode_name(StepMode m);
+
+// Whether StepSetup::optimizer_overlap is on unless asked otherwise (measured on an H100; see the
+// training-step notes).
+constexpr bool kOptimizerOverlapDefault = false;
 
 struct StepSetup {
   ModelConfig model = model_config("tiny");
   int64_t batch = 4;
   int64_t context = 128;
-  c10::ScalarType precision = c10::kFloat;  // fp32, or bf16/fp16 = autocast with fp32 weights
+  // fp32, or bf16/fp16 = autocast with fp32 weights, or Float8_e4m3fn ("fp8", parse_dtype) = bf16
+  // autocast with the GEMMs of the Linear layers `fp8` selects in FP8 (Hopper GPUs only).
+  c10::ScalarType precision = c10::kFloat;
+  Fp8Layers fp8;
   c10::Device device = c10::Device("cpu");
   AdamWOptions adamw;
   uint64_t seed = 0;
@@ -33,6 +41,13 @@ struct StepSetup {
   // off for ablation) and AdamW run per parameter as soon as its gradient is final.
   bool fused = true;
   bool optimizer_in_backward = false;
+  // The optimizer hidden under the backward (train/optimizer_overlap.h): AdamW per bucket of
+  // parameters on a second CUDA stream as their gradients become final, the backward's GEMMs
+  // leaving `overlap_sm_carveout` SMs free. Bit-identical parameters to the ordinary step; ignored
+  // when optimizer_in_backward is on. The default is measured: docs/training_step_notes.md.
+  bool optimizer_overlap = kOptimizerOverlapDefault;
+  int overlap_sm_carveout = 0;
+  int64_t overlap_bucket_bytes = kOverlapBucketBytes;
   // The pieces of the fused path, each switchable for the ablation table (`lmscale bench --ablate`);
   // they act only while `fused` is true and the device is CUDA.
   struct FusedParts {
@@ -57,26 +72,29 @@ class TrainingStep {
   // are recorded at the start and after each phase: 2 marks (forward), 3, or 4 (train step).
   // Gradients are cleared after the step: set to None (PyTorch's default), or zeroed in place when
   // keep_grads is true (harnesses that want them at fixed addresses; a CUDA graph does not need it).
-  void run(BenchMode mode, StepClock* clock = nullptr, bool keep_grads = false);
+  void run(StepMode mode, StepClock* clock = nullptr, bool keep_grads = false);
 
   // The phases of run(), for harnesses that need to act between them (per-phase profiler windows,
   // DDP's finish call). Same ranges and autocast as run(). forward(Forward) runs without autograd;
   // backward() needs a forward in another mode first.
-  void forward(BenchMode mode);
+  void forward(StepMode mode);
   void backward();
   void optimizer_step(bool keep_grads = false);
 
   // Model FLOPs of one step in this mode (matmuls incl. attention, PaLM convention: backward = 2×
   // forward, causal attention counted in full). Used for MFU.
-  double flops(BenchMode mode) const;
+  double flops(StepMode mode) const;
   int64_t tokens() const { return setup_.batch * setup_.context; }
 
   const StepSetup& setup() const { return setup_; }
-  // Fused path on CUDA under bf16 autocast: Linear layers read bf16 weight copies that the AdamW
-  // kernel keeps current.
+  // Fused path on CUDA under bf16 autocast (bf16 or fp8 precision): Linear layers read bf16 weight
+  // copies that the AdamW kernel keeps current.
   bool uses_bf16_weight_copies() const;
+  bool is_fp8() const { return setup_.precision == c10::kFloat8_e4m3fn; }
   TransformerLM& model() { return model_; }
   FusedAdamW& optimizer() { return *optimizer_; }
+  // Whether run(TrainStep) updates the parameters on a side stream during backward.
+  bool overlaps_optimizer() const { return overlap_ != nullptr; }
   const torch::Tensor& inputs() const { return inputs_; }
   const torch::Tensor& targets() const { return targets_; }
   // Loss of the last step (a device tensor; reading it synchronizes).
@@ -98,6 +116,7 @@ class TrainingStep {
     bool armed = false, keep_grads = false;
   };
   std::shared_ptr<InBackward> in_backward_;
+  std::unique_ptr<OptimizerOverlap> overlap_;
 };
 
 }  // namespace lmscale

@@ -7,6 +7,9 @@ Impls (``--impl``), with the default ``--baseline-scope model`` (the strongest P
 - ``torch-eager``       the model op by op, attention by ``F.scaled_dot_product_attention``
 - ``torch-compile``     ``torch.compile`` of the whole model + loss, default mode, static shapes
 - ``torch-compile-ro``  the same with ``mode="reduce-overhead"`` (the step replayed as CUDA graphs)
+- ``torch-float8``      torchao float8 training (``float8.py``) + ``torch.compile``, default mode;
+                        precision ``fp8`` only (bf16 autocast around the FP8 GEMMs, as lmscale's fp8)
+- ``torch-float8-ro``   the same with ``mode="reduce-overhead"``
 
 ``--baseline-scope naive`` is the older baseline: attention as lmscale's backend of the config (naive:
 softmax(QKᵀ)V written out; sdpa and flash: SDPA), and torch.compile of each block and of the head +
@@ -45,7 +48,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-IMPLS = ("torch-eager", "torch-compile", "torch-compile-ro")
+IMPLS = ("torch-eager", "torch-compile", "torch-compile-ro", "torch-float8", "torch-float8-ro")
 SCOPES = ("model", "naive")
 SCHEMA_VERSION = 2  # docs/results/SCHEMA.md
 
@@ -164,12 +167,21 @@ def param_count(c):
 
 # ------------------------------------------------------------------ the step each impl measures
 
+def compile_mode(impl):
+    """torch.compile's mode for a compiling impl: the ``-ro`` impls replay CUDA graphs."""
+    return "reduce-overhead" if impl.endswith("-ro") else None
+
+
+def is_float8(impl):
+    return impl.startswith("torch-float8")
+
+
 def build_loss_fn(model, impl, scope):
     """loss_fn(ids, targets) as the impl runs it: eager, or compiled (whole model, or block by block)."""
     eager = lambda ids, tgt: loss_of(model(ids), tgt)
     if impl == "torch-eager":
         return eager
-    mode = "reduce-overhead" if impl == "torch-compile-ro" else None
+    mode = compile_mode(impl)
     if scope == "model":  # the whole forward + loss as one graph per shape
         return torch.compile(eager, mode=mode, dynamic=False)
     # naive scope: every block compiled in place (they share one graph), the head + loss on its own.
@@ -207,10 +219,10 @@ class Runner:
 
     def __init__(self, impl, scope):
         self.impl, self.scope = impl, scope
-        self.compiles = impl != "torch-eager"
+        self.compiles = impl != "torch-eager"  # every other impl, torch-float8 included, compiles
         # After a step that compiled, this many more steps are warm-up: reduce-overhead runs a new
         # graph once plainly and records its CUDA graph on the next call, so replays start later.
-        self.settle = 3 if impl == "torch-compile-ro" else 1
+        self.settle = 3 if compile_mode(impl) else 1
         self.key = self.model = self.loss_fn = None
         if self.compiles:
             # One code object gets a graph per context × precision × grad mode; a new architecture
@@ -236,6 +248,9 @@ class Runner:
         with torch.device(c["device"]):  # initialised where it runs (fast for 2.7B on a GPU)
             model = LM(c["vocab"], c["d_model"], c["d_ff"], c["layers"], c["heads"], c["model_context"],
                        self.torch_attention(c))
+        if is_float8(self.impl):
+            from lmscale.baseline import float8
+            model = float8.convert(model, Linear)
         self.model, self.loss_fn, self.key = model, build_loss_fn(model, self.impl, self.scope), key
 
     def measure(self, c):
@@ -249,7 +264,12 @@ class Runner:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=cuda)
         ids = torch.randint(c["vocab"], (c["batch"], c["context"]), device=dev)
         tgt = torch.randint(c["vocab"], (c["batch"], c["context"]), device=dev)
-        dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[c["precision"]]
+        if is_float8(self.impl) != (c["precision"] == "fp8"):
+            raise ValueError(f"precision {c['precision']} with --impl {self.impl}: torchao float8 runs as "
+                             "precision fp8 (--impl torch-float8 or torch-float8-ro), every other impl as "
+                             "fp32, bf16 or fp16")
+        # fp8: bf16 autocast around the FP8 GEMMs, as lmscale's --precision fp8
+        dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}[c["precision"]]
         autocast = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype else contextlib.nullcontext
 
         def mark():
@@ -263,7 +283,7 @@ class Runner:
             return a.elapsed_time(b) if cuda else (b - a) * 1e3
 
         def step():
-            if self.impl == "torch-compile-ro":
+            if compile_mode(self.impl):
                 torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs are done
             marks = [mark()]
             with torch.no_grad() if mode == "forward" else contextlib.nullcontext(), autocast():
@@ -318,7 +338,7 @@ class Runner:
             metrics["compile_s"] = sum(max(0.0, w - step_ms / 1e3) for w in compiling_walls)
             fields.update({"compile_s": metrics["compile_s"], "graphs_compiled": graphs_compiled() - graphs0,
                            "compiled_in_timed_steps": compiled_in_timed,
-                           "compile_mode": "reduce-overhead" if self.impl == "torch-compile-ro" else "default",
+                           "compile_mode": compile_mode(self.impl) or "default",
                            "compile_scope": "model" if self.scope == "model" else "blocks",
                            "dynamic_shapes": "none" if self.scope == "model" else "context"})
         metrics["all_step_ms"] = every
@@ -401,7 +421,7 @@ def normalise(c):
     return c
 
 
-CHOICES = {"precision": ("fp32", "bf16", "fp16"), "mode": ("forward", "forward-backward", "train-step"),
+CHOICES = {"precision": ("fp32", "bf16", "fp16", "fp8"), "mode": ("forward", "forward-backward", "train-step"),
            "attention": ("naive", "sdpa", "flash")}
 
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 #include "bench/e2e_ablate.h"
 #include "core/results.h"
@@ -11,27 +12,55 @@
 namespace lmscale {
 
 namespace {
-int switches_on(const E2EConfig& c) {
-  const auto& p = c.setup.parts;
-  return c.cuda_graph + c.setup.fused + p.adamw_kernel + p.bf16_weight_copies + p.qkv_gemm + p.rope_kernel +
-         p.norm_kernel + p.swiglu_kernel + p.cross_entropy_kernel +
-         c.setup.optimizer_in_backward;
+// Every switch a row can flip, as values: two rows differ by the count of unequal entries.
+std::vector<int64_t> switches(const E2EConfig& c) {
+  const auto& s = c.setup;
+  const auto& p = s.parts;
+  return {c.cuda_graph,       s.fused,           p.adamw_kernel,       p.bf16_weight_copies,   p.qkv_gemm,
+          p.rope_kernel,      p.norm_kernel,     p.swiglu_kernel,      p.cross_entropy_kernel, s.optimizer_in_backward,
+          s.optimizer_overlap, s.overlap_sm_carveout, static_cast<int64_t>(s.precision), s.fp8.qkv, s.fp8.out_proj,
+          s.fp8.ffn,          s.fp8.lm_head,     s.fp8.min_dim,        s.fp8.cached_weights};
 }
-}  // namespace
+int changed(const E2EConfig& a, const E2EConfig& b) {
+  auto x = switches(a), y = switches(b);
+  int n = 0;
+  for (size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
+  return n;
+}
 
-TEST(Ablation, RowsAddOnePieceEach) {
-  auto rows = ablation_rows(E2EConfig{});
+void expect_one_piece_per_row(const std::vector<AblationRow>& rows) {
   ASSERT_GE(rows.size(), 3u);
-  EXPECT_EQ(switches_on(rows.front().config), 0);
+  EXPECT_FALSE(rows.front().config.cuda_graph || rows.front().config.setup.fused);
   for (size_t i = 1; i < rows.size(); ++i) {
-    const int added = switches_on(rows[i].config) - switches_on(rows[i - 1].config);
-    // The first fused row turns on `fused` together with its first part.
-    EXPECT_TRUE(added == 1 || (added == 2 && rows[i].config.setup.fused && !rows[i - 1].config.setup.fused))
-        << rows[i].change;
+    const auto &now = rows[i].config, &before = rows[i - 1].config;
+    const int n = changed(now, before);
+    // Two at once only where the row says so: `fused` with its first part; the precision with the
+    // first FP8 group. An "option:" row changes the all-on config, not the row above.
+    const bool pair = (now.setup.fused && !before.setup.fused) || now.setup.precision != before.setup.precision;
+    if (rows[i].change.rfind("option:", 0) == 0) continue;
+    EXPECT_TRUE(n == 1 || (n == 2 && pair)) << rows[i].change << ": " << n << " changes";
   }
   std::set<std::string> names;
   for (const auto& r : rows) names.insert(r.change);
   EXPECT_EQ(names.size(), rows.size());
+}
+}  // namespace
+
+TEST(Ablation, RowsAddOnePieceEach) { expect_one_piece_per_row(ablation_rows(E2EConfig{})); }
+
+TEST(Ablation, Fp8BaseAddsTheFp8GroupsAfterTheBf16Rows) {
+  E2EConfig base;
+  base.setup.model = model_config("small");  // d_model 768 < min_dim: a row for the layers kept in bf16
+  base.setup.precision = c10::kFloat8_e4m3fn;
+  auto rows = ablation_rows(base);
+  expect_one_piece_per_row(rows);
+  int bf16 = 0, fp8 = 0;
+  for (const auto& r : rows) (r.config.setup.precision == c10::kFloat8_e4m3fn ? fp8 : bf16) += 1;
+  EXPECT_EQ(bf16, 9);  // the fast path up to "all on", in bf16
+  EXPECT_GE(fp8, 6);
+  bool below_min_dim = false;
+  for (const auto& r : rows) below_min_dim = below_min_dim || r.config.setup.fp8.min_dim == 0;
+  EXPECT_TRUE(below_min_dim);
 }
 
 TEST(Ablation, TinyCpuRunWritesOneRowPerChange) {

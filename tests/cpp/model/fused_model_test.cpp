@@ -11,7 +11,7 @@
 #include <string>
 
 #include "ops/fused_adamw.h"
-#include "train/cuda_graph_step.h"
+#include "train/graphed_step.h"
 #include "train/training_step.h"
 
 namespace lmscale {
@@ -47,7 +47,7 @@ TEST(FusedModel, LossAndEveryGradientMatchUnfusedAfterOneStep) {
   EXPECT_EQ(fused.uses_bf16_weight_copies(), ops::fused_adamw_available());
   EXPECT_FALSE(plain.uses_bf16_weight_copies());
   for (auto* s : {&fused, &plain}) {
-    s->forward(BenchMode::TrainStep);
+    s->forward(StepMode::TrainStep);
     s->backward();
   }
   EXPECT_LT(max_rel(fused.last_loss(), plain.last_loss()), 1e-3);
@@ -65,8 +65,8 @@ TEST(FusedModel, TenStepsTrackTheUnfusedModel) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   TrainingStep fused(gpu_setup(true)), plain(gpu_setup(false));
   for (int i = 0; i < 10; ++i) {
-    fused.run(BenchMode::TrainStep);
-    plain.run(BenchMode::TrainStep);
+    fused.run(StepMode::TrainStep);
+    plain.run(StepMode::TrainStep);
     EXPECT_LT(max_rel(fused.last_loss(), plain.last_loss()), 1e-2) << "step " << i;
   }
   EXPECT_EQ(fused.optimizer().ran_kernel(), ops::fused_adamw_available());
@@ -79,13 +79,13 @@ TEST(CudaGraphStep, ReplayGivesTheEagerLosses) {
   for (bool fused : {false, true}) {
     TrainingStep graphed(gpu_setup(fused)), eager(gpu_setup(fused));
     std::string note;
-    auto graph = try_capture(graphed, BenchMode::TrainStep, note);
+    auto graph = try_capture(graphed, StepMode::TrainStep, note);
     ASSERT_NE(graph, nullptr) << note;
     // try_capture ran three eager warm-up steps: bring the eager twin to the same point.
-    for (int i = 0; i < 3; ++i) eager.run(BenchMode::TrainStep);
+    for (int i = 0; i < 3; ++i) eager.run(StepMode::TrainStep);
     for (int i = 0; i < 4; ++i) {
       graph->replay();
-      eager.run(BenchMode::TrainStep);
+      eager.run(StepMode::TrainStep);
       // Same kernels on the same data: equal up to the order of atomics inside cuBLAS (none here).
       EXPECT_LT(max_rel(graphed.last_loss(), eager.last_loss()), 1e-6) << "fused " << fused << " step " << i;
     }
@@ -96,7 +96,7 @@ TEST(CudaGraphStep, CpuGivesANoteNotAGraph) {
   StepSetup s;
   TrainingStep step(s);
   std::string note;
-  EXPECT_EQ(try_capture(step, BenchMode::TrainStep, note), nullptr);
+  EXPECT_EQ(try_capture(step, StepMode::TrainStep, note), nullptr);
   EXPECT_NE(note.find("cpu"), std::string::npos) << note;
 }
 

@@ -91,7 +91,7 @@ TEST(FusedPieces, EachKernelAloneMatchesTheUnfusedStepOnTheGpu) {
       turn_on(s.parts);
       TrainingStep fused(s), plain(plain_setup);
       for (auto* step : {&fused, &plain}) {
-        step->forward(BenchMode::TrainStep);
+        step->forward(StepMode::TrainStep);
         step->backward();
       }
       const bool bf16 = precision == torch::kBFloat16;

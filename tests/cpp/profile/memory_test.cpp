@@ -74,11 +74,11 @@ TEST(MemoryRun, CpuSaysItNeedsCuda) {
   s.batch = 1;
   s.device = c10::Device("cpu");
   EXPECT_NE(memory_unsupported_reason(s.device).find("CUDA"), std::string::npos);
-  PeakCell c = measure_peak(s, BenchMode::TrainStep);
+  PeakCell c = measure_peak(s, StepMode::TrainStep);
   EXPECT_EQ(c.status, "n/a");
   EXPECT_NE(c.note.find("CUDA"), std::string::npos);
   try {
-    record_memory(s, BenchMode::Forward, 1, "");
+    record_memory(s, StepMode::Forward, 1, "");
     FAIL() << "record_memory on CPU should throw";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("need a CUDA device"), std::string::npos) << e.what();

@@ -16,8 +16,8 @@ void expect_same_training(StepSetup s, bool keep_grads) {
   s.optimizer_in_backward = true;
   TrainingStep in_backward(s);
   for (int i = 0; i < 3; ++i) {
-    ordinary.run(BenchMode::TrainStep, nullptr, keep_grads);
-    in_backward.run(BenchMode::TrainStep, nullptr, keep_grads);
+    ordinary.run(StepMode::TrainStep, nullptr, keep_grads);
+    in_backward.run(StepMode::TrainStep, nullptr, keep_grads);
     EXPECT_TRUE(torch::equal(ordinary.last_loss(), in_backward.last_loss())) << "step " << i;
   }
   auto a = ordinary.model()->named_parameters(), b = in_backward.model()->named_parameters();
@@ -28,7 +28,7 @@ void expect_same_training(StepSetup s, bool keep_grads) {
   }
   // Outside run(TrainStep) the hooks stay quiet: forward + backward leaves gradients, moves nothing.
   auto before = b.front().value().clone();
-  in_backward.forward(BenchMode::ForwardBackward);
+  in_backward.forward(StepMode::ForwardBackward);
   in_backward.backward();
   EXPECT_TRUE(torch::equal(before, b.front().value()));
   EXPECT_TRUE(b.front().value().grad().defined());

@@ -1,5 +1,5 @@
-// Whole-step CUDA graph capture; see cuda_graph_step.h.
-#include "train/cuda_graph_step.h"
+// Whole-step CUDA graph capture; see graphed_step.h.
+#include "train/graphed_step.h"
 
 #include <c10/util/Exception.h>
 
@@ -73,7 +73,7 @@ struct GraphedStep::Impl {
   RecoverableGraph graph;
 };
 
-GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_unique<Impl>()) {
+GraphedStep::GraphedStep(TrainingStep& step, StepMode mode) : impl_(std::make_unique<Impl>()) {
   const c10::Device device = step.setup().device;
   TORCH_CHECK(device.is_cuda(), "--cuda-graph needs a GPU (--device cuda); it captures CUDA work only");
   c10::cuda::CUDAGuard device_guard(device);
@@ -113,7 +113,7 @@ GraphedStep::GraphedStep(TrainingStep& step, BenchMode mode) : impl_(std::make_u
 void GraphedStep::replay() { impl_->graph.replay(); }
 #else
 struct GraphedStep::Impl {};
-GraphedStep::GraphedStep(TrainingStep&, BenchMode) {
+GraphedStep::GraphedStep(TrainingStep&, StepMode) {
   TORCH_CHECK(false, "--cuda-graph needs a CUDA build of lmscale (nvcc present at build time) and a GPU");
 }
 void GraphedStep::replay() {}
@@ -121,7 +121,7 @@ void GraphedStep::replay() {}
 
 GraphedStep::~GraphedStep() = default;
 
-std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, BenchMode mode, std::string& note) {
+std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, StepMode mode, std::string& note) {
   note.clear();
   if (!step.setup().device.is_cuda()) {
     note = "no CUDA graph: the step runs on " + step.setup().device.str();

@@ -14,7 +14,7 @@ class GraphedStep {
  public:
   // Warms up eagerly on a side stream (creates optimizer state and library workspaces), then captures.
   // Throws on CPU, on a build without CUDA, or when the capture fails (see try_capture).
-  GraphedStep(TrainingStep& step, BenchMode mode);
+  GraphedStep(TrainingStep& step, StepMode mode);
   ~GraphedStep();
   void replay();
 
@@ -27,6 +27,6 @@ class GraphedStep {
 // (CPU device, a build without CUDA, or a capture that failed, e.g. out of memory while capturing).
 // A failed capture is cleaned up (capture ended, its memory pool released, the CUDA error cleared),
 // so the caller can go on with the eager step on the same TrainingStep.
-std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, BenchMode mode, std::string& note);
+std::unique_ptr<GraphedStep> try_capture(TrainingStep& step, StepMode mode, std::string& note);
 
 }  // namespace lmscale

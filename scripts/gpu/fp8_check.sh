@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 27's FP8 and optimizer-overlap work checked on one H100, in one device call: build (sm_90, in
+# /tmp so a warm machine keeps it between calls), the GPU tests of the FP8 path and the overlap, then
+# the benchmarks the issue's goals name (batch 4, context 512, train step), each stage cut off at its
+# own limit and packed into OUT/fp8.tgz as it finishes, so a time limit loses only one stage.
+#
+#   LMSCALE_COMMIT=<sha> scripts/gpu/fp8_check.sh OUT        (carry .deps, and .whl for torch-float8)
+#
+# STAGES picks the stages (default: tests bench). Stages:
+#   tests      the FP8, overlap and fused-path GPU tests
+#   bench      lmscale bf16 and fp8 at small, xl, 2.7B, optimizer overlap off and on
+#   ablate     `bench --ablate` at ABLATE_SIZES (default xl) in fp8: what each piece and FP8 group buys
+#   ablate-small  the same for small (where FP8 falls back to bf16)
+#   profile    `lmscale profile` of the fp8 step at PROFILE_SIZE (default xl)
+#   float8     torchao float8 + torch.compile (both modes) beside lmscale fp8 at FLOAT8_SIZES (small,xl)
+#   compile    torch.compile reduce-overhead (bf16) beside lmscale bf16 at COMPILE_SIZES (small,xl)
+set -uo pipefail
+source "$(dirname "$0")/script_init.sh" "$@"
+export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/fp8-build}
+export LMSCALE_CMAKE_ARGS=${LMSCALE_CMAKE_ARGS:--DLMSCALE_CUDA_ARCHS=90}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+RES=$OUT/fp8
+mkdir -p "$RES"
+BIN=$LMSCALE_BUILD_DIR/lmscale
+STAGES=" ${STAGES:-tests bench} "
+want() { [[ $STAGES == *" $1 "* ]]; }
+pack() { tar czf "$OUT/fp8.tgz" -C "$RES" . 2>/dev/null; }
+stage() {  # stage NAME SECONDS CMD... : run inside RES with a time limit, log, record status and time
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  (cd "$RES" && timeout -k 5 "$limit" "$@") >"$RES/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  pack
+  return $rc
+}
+if [[ -d $ROOT/.whl ]]; then  # torchao, pinned, for the torch-float8 baselines (no registry on the GPU machine)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$ROOT"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
+stage build "${BUILD_S:-330}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
+want tests && stage tests "${TESTS_S:-120}" "$LMSCALE_BUILD_DIR/lmscale_tests" \
+  --gtest_filter='*Fp8*:*OptimizerOverlap*:*OptimizerInBackward*:*FusedModel*:*Bf16*:*Ablation*' \
+  --gtest_output=json:tests.json
+COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")
+want bench && stage bench "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" --precision bf16,fp8 \
+  "${COMMON[@]}" --no-optimizer-overlap --out bench_serial
+want bench && stage bench-overlap "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" \
+  --precision bf16,fp8 "${COMMON[@]}" --optimizer-overlap --out bench_overlap
+want ablate && stage ablate "${ABLATE_S:-200}" "$BIN" bench --size "${ABLATE_SIZES:-xl}" --precision fp8 "${COMMON[@]}" \
+  --ablate --out ablate
+want ablate-small && stage ablate-small "${ABLATE_S:-120}" "$BIN" bench --size small --precision fp8 "${COMMON[@]}" \
+  --ablate --out ablate_small
+want profile && stage profile "${PROFILE_S:-120}" "$BIN" profile --size "${PROFILE_SIZE:-xl}" --context 512 \
+  --precision fp8 --attention flash --top 25 --out profile
+want float8 && stage float8 "${FLOAT8_S:-400}" "$BIN" bench --size "${FLOAT8_SIZES:-small,xl}" --precision fp8 \
+  "${COMMON[@]}" --impl lmscale,torch-float8,torch-float8-ro --out float8
+want compile && stage compile "${COMPILE_S:-300}" "$BIN" bench --size "${COMPILE_SIZES:-small,xl}" --precision bf16 \
+  "${COMMON[@]}" --impl lmscale,torch-compile-ro --out compile
+pack
+for f in "$RES"/*/*.md; do [[ -f $f ]] && { echo "== $f"; head -c 2500 "$f"; }; done 2>/dev/null | tail -c 9000

@@ -1,0 +1,80 @@
+// The FP8 Linear; see fp8_linear.h.
+#include "model/fp8_linear.h"
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "ops/fp8_gemm.h"
+#include "ops/fp8_quantize.h"
+
+namespace lmscale {
+namespace {
+
+constexpr auto kForward = at::kFloat8_e4m3fn;   // X and W
+constexpr auto kGradient = at::kFloat8_e5m2;    // dY
+
+struct LinearFp8 : torch::autograd::Function<LinearFp8> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& source,
+                            at::TensorList weights, const ops::Fp8Tensor* cached) {
+    const int64_t K = source.size(1), N = source.size(0);
+    const auto x2 = x.to(at::kBFloat16).reshape({-1, K});
+    const bool grad = ctx != nullptr;
+    // Row-major X for Y; Xᵀ (its column-major view) for dW. Row-major W is Wᵀ column-major for Y;
+    // Wᵀ row-major is W column-major for dX.
+    auto qx = ops::fp8_quantize(x2, kForward, /*row_major=*/true, /*transposed=*/grad);
+    auto qw = cached ? *cached : ops::fp8_quantize(source.detach(), kForward, /*row_major=*/true, /*transposed=*/grad);
+    auto y = ops::fp8_mm(qx.data, qw.data.t(), qx.inv_scale, qw.inv_scale, at::kBFloat16, /*fast_accum=*/true);
+    if (grad) {
+      ctx->save_for_backward({qx.data_t, qx.inv_scale, qw.data_t, qw.inv_scale});
+      ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+      ctx->saved_data["x_sizes"] = x.sizes().vec();
+      ctx->saved_data["blocks"] = static_cast<int64_t>(weights.size());
+    }
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = N;
+    return y.view(out_sizes);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x_t = saved[0], &inv_x = saved[1], &w_t = saved[2], &inv_w = saved[3];
+    const int64_t N = w_t.size(1);  // w_t is Wᵀ: (K, N)
+    const auto blocks = ctx->saved_data["blocks"].toInt();
+    auto qg = ops::fp8_quantize(g[0].to(at::kBFloat16).reshape({-1, N}), kGradient, /*row_major=*/true,
+                                /*transposed=*/true);
+    torch::autograd::tensor_list grads;
+    if (ctx->needs_input_grad(0)) {
+      const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+      auto dx = ops::fp8_mm(qg.data, w_t.t(), qg.inv_scale, inv_w, at::kBFloat16, /*fast_accum=*/false);
+      grads.push_back(dx.view(ctx->saved_data["x_sizes"].toIntVector()).to(x_dtype));
+    } else {
+      grads.emplace_back();
+    }
+    grads.emplace_back();  // the source: a copy (or an alias) of the weights, which get the gradient
+    auto dw = ops::fp8_mm(qg.data_t, x_t.t(), qg.inv_scale, inv_x, at::kFloat, /*fast_accum=*/false);
+    for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
+    grads.emplace_back();  // `cached`
+    return grads;
+  }
+};
+
+}  // namespace
+
+at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
+                      const ops::Fp8Tensor* cached) {
+  TORCH_CHECK(x.size(-1) == source.size(1), "linear_fp8: x has ", x.size(-1), " features but the weight takes ",
+              source.size(1));
+  TORCH_CHECK(!weights.empty(), "linear_fp8: no weights to give the gradient to");
+  if (cached)
+    TORCH_CHECK(cached->data.defined() && cached->data_t.defined() && cached->data.sizes() == source.sizes(),
+                "linear_fp8: the cached FP8 weight does not match the source ", source.sizes());
+  if (!torch::GradMode::is_enabled()) return LinearFp8::forward(nullptr, x, source, weights, cached);
+  return LinearFp8::apply(x, source, weights, cached);
+}
+
+bool fp8_linear_ok(const at::Tensor& x, int64_t out_features) {
+  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0;
+  return M > 0 && ops::fp8_shapes_ok(M, K, out_features);
+}
+
+}  // namespace lmscale

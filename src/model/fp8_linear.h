@@ -1,0 +1,46 @@
+// The FP8 Linear of `--precision fp8`: y = x · Wᵀ with all three GEMMs of the layer (forward, input
+// gradient, weight gradient) in FP8 on the H100's tensor cores, dynamic per-tensor scales computed
+// on the GPU (ops/fp8_quantize.h), master weights and their gradients in fp32.
+// Which layers use it is the training step's choice (StepSetup::Fp8Layers); see
+// docs/training_step_notes.md (FP8) for the measurements behind the defaults.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <ATen/core/TensorBody.h>
+
+#include <functional>
+#include <vector>
+
+#include "ops/fp8_quantize.h"
+
+namespace lmscale {
+
+// x (..., K) · sourceᵀ → (..., N) in bf16, differentiable in x and in `weights`. `source` (N, K) is
+// the bf16 copy of the row-stacked fp32 `weights` (one Linear's weight, or q/k/v packed), or those
+// weights themselves (fp32); it gets no gradient. Formats and why:
+//   forward  Y  = X(e4m3) · W(e4m3)ᵀ,  fast accumulation, bf16 out
+//   backward dX = dY(e5m2) · W(e4m3),   dW = dY(e5m2)ᵀ · X(e4m3), full accumulation, dW in fp32
+// Gradients are e5m2: one scale covers the whole dY, whose values span more binades than
+// activations do (e5m2 has 15 more, at one mantissa bit less). The transposed FP8 copies the
+// backward GEMMs need (Xᵀ, Wᵀ, dYᵀ) are written by the same kernel pass as the row-major ones, and X
+// is saved in FP8 (1 byte per element, where the bf16 path saves 2).
+// Needs tokens (the product of x's leading dims), K and N multiples of 16 on CUDA (fp8_linear_ok).
+// `cached`, when given, is `source` already quantized (e4m3, both layouts: the FP8 weights the
+// optimizer keeps current, TransformerLM::attach_fp8_weights); the forward then casts only x.
+at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
+                      const ops::Fp8Tensor* cached = nullptr);
+
+// Whether x can go through linear_fp8 with a weight of `out_features` rows.
+bool fp8_linear_ok(const at::Tensor& x, int64_t out_features);
+
+// Weights derived from parameters that the optimizer refreshes after updating them: the cached FP8
+// weights. The AdamW kernel writes max |bf16 copy| of every param in `params` (indices into the
+// model's parameters()) into `amax` (int32, one element; zeroed by the optimizer when a step starts),
+// and once all of `params` are updated in a step `refresh()` runs, on the stream that updated the
+// last of them (FusedAdamW::set_derived_weights).
+struct DerivedWeights {
+  std::vector<size_t> params;
+  at::Tensor amax;
+  std::function<void()> refresh;
+};
+
+}  // namespace lmscale
