@@ -13,7 +13,8 @@
 # the build), LMSCALE_CMAKE_ARGS (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16": small needs
 # only head dim 64; a quicker build), LMSCALE_COMMIT (the GPU machine has no .git), LMSCALE_PYTHON.
 # Runs resume from OUT's earlier records (or from .gpu-carry/loss_curves/train.jsonl when carried):
-# a call cut by the time limit goes on where the records stop.
+# a call cut by the time limit goes on where the records stop. The training runs inside OUT, so what
+# a cut call measured comes back with it.
 #
 # OUT receives build.log, corpus.json, train.log, loss_curves/ (train.jsonl, train_compare.md) and
 # report/ (train.md, train.png, index.md): `lmscale report --in OUT/loss_curves --out docs/results`
@@ -29,13 +30,16 @@ if [[ ! -x $LMSCALE ]]; then
   echo "built $LMSCALE in $((SECONDS - start)) s"
 fi
 RES=$LMSCALE_BUILD_DIR/results
-mkdir -p "$RES/loss_curves"
-cd "$RES" || exit 1  # relative paths in the recorded commands: no machine's folders
-[[ -f corpus/train.bin ]] || "$LMSCALE" train corpus --out corpus || exit 1
+mkdir -p "$RES"
+(cd "$RES" && { [[ -f corpus/train.bin ]] || "$LMSCALE" train corpus --out corpus; }) || exit 1
+# Train inside OUT, so the records come back even when the call is cut short; `corpus` is a link to
+# the token files (not brought back), and the recorded command names relative paths only.
+cd "$OUT" || exit 1
+ln -sfn "$RES/corpus" corpus
 cp corpus/corpus.json "$OUT/"
-for earlier in "$OUT/loss_curves/train.jsonl" "$ROOT/.gpu-carry/loss_curves/train.jsonl"; do
-  [[ -f $earlier && ! -s loss_curves/train.jsonl ]] && cp "$earlier" loss_curves/ && echo "resuming from $earlier"
-done
+mkdir -p loss_curves
+carried=$ROOT/.gpu-carry/loss_curves/train.jsonl
+[[ -f $carried && ! -s loss_curves/train.jsonl ]] && cp "$carried" loss_curves/ && echo "resuming from $carried"
 PRECISIONS=${2:-bf16}
 if [[ -z ${2:-} ]] && "$LMSCALE" train --precision fp8 --help >/dev/null 2>&1; then PRECISIONS=bf16,fp8; fi
 echo "training ${SIZE:-small}: ${STEPS:-2000} steps, precisions $PRECISIONS, lmscale and torch-eager"
@@ -43,7 +47,6 @@ echo "training ${SIZE:-small}: ${STEPS:-2000} steps, precisions $PRECISIONS, lms
   --steps "${STEPS:-2000}" --eval-every "${EVAL_EVERY:-100}" --eval-batches "${EVAL_BATCHES:-16}" \
   --precision "$PRECISIONS" --impl lmscale,torch-eager --resume --out loss_curves 2>&1 | tee -a "$OUT/train.log"
 status=${PIPESTATUS[0]}
-mkdir -p "$OUT/loss_curves"
-cp loss_curves/* "$OUT/loss_curves/"
-"$LMSCALE" report --in loss_curves --out "$OUT/report" >"$OUT/report.log" 2>&1 || tail -20 "$OUT/report.log"
+rm -f corpus
+"$LMSCALE" report --in loss_curves --out report >"$OUT/report.log" 2>&1 || tail -20 "$OUT/report.log"
 exit "$status"
