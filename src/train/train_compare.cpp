@@ -47,9 +47,16 @@ std::string percent(double x) {
 
 }  // namespace
 
-std::string loss_comparison(const std::vector<Json>& records, const std::vector<Json>& runs, int64_t lr_warmup) {
+std::string loss_comparison(const std::vector<Json>& records, const std::vector<Json>& all_runs, int64_t lr_warmup) {
+  // Runs with no validation loss (skipped, failed before step 0) get no column and no pair.
+  std::vector<Json> runs;
   std::vector<std::map<int64_t, double>> curves;
-  for (const auto& r : runs) curves.push_back(curve(records, r));
+  for (const auto& r : all_runs) {
+    auto c = curve(records, r);
+    if (c.empty()) continue;
+    runs.push_back(r);
+    curves.push_back(std::move(c));
+  }
   // The pairs: lmscale against a PyTorch reference at its precision; lmscale at another precision
   // against lmscale bf16.
   std::vector<std::pair<size_t, size_t>> pairs;

@@ -15,7 +15,8 @@ namespace lmscale {
 inline constexpr double kLossAgreement = 0.01;
 
 // runs: the config fields of each run (train_run_fields); records: train records (any runs; a run's
-// latest value per step counts). Markdown with one table and one line per compared pair.
+// latest value per step counts). Markdown with one table and one line per compared pair; a run with
+// no validation loss in the records (skipped, failed at the start) is left out.
 std::string loss_comparison(const std::vector<Json>& records, const std::vector<Json>& runs, int64_t lr_warmup);
 
 }  // namespace lmscale
