@@ -84,6 +84,11 @@ void FusedAdamW::step_params(const std::vector<size_t>& indices) {
   if (ran_kernel_) kernel_step_advanced_ = true;
 }
 
+void FusedAdamW::set_lr(double lr) {
+  TORCH_CHECK(lr >= 0, "AdamW learning rate must be >= 0, got ", lr);
+  opt_.lr = lr;
+}
+
 void FusedAdamW::set_derived_weights(std::vector<DerivedWeights> derived, at::Tensor amax_buffer) {
   for (const auto& d : derived)
     TORCH_CHECK(d.amax.defined() && amax_buffer.defined() && d.amax.storage().is_alias_of(amax_buffer.storage()),

@@ -38,6 +38,10 @@ class FusedAdamW {
   // One bf16 tensor per param (undefined where none is wanted), written with the updated weight on
   // every kernel step. Ignored by the ATen path: whoever reads the copies checks they are current.
   void set_bf16_copies(std::vector<at::Tensor> copies);
+  // The learning rate of the next step() / step_param() (a schedule sets it before each step; the
+  // kernel reads it as a launch argument, so it must not change inside a captured CUDA graph).
+  void set_lr(double lr);
+  double lr() const { return opt_.lr; }
   // Weights derived from the params, refreshed after each update (the cached FP8 weights; see
   // DerivedWeights in model/fp8_linear.h). Each param in at most one entry, each with a bf16 copy.
   // `amax_buffer` holds every entry's amax slot: one memset zeroes them all at the start of a step.

@@ -8,7 +8,7 @@ matplotlib = pytest.importorskip("matplotlib")
 
 from lmscale import plots  # noqa: E402
 from lmscale.plots import __main__ as cli  # noqa: E402
-from lmscale.plots import attention, comm, distributed, e2e, memory  # noqa: E402
+from lmscale.plots import attention, comm, distributed, e2e, memory, train  # noqa: E402
 
 RUN = {"gpu": "TestGPU 80GB", "commit": "abc1234", "date": "2026-11-23T10:00:00Z", "command": "lmscale x",
        "schema": 2, "status": "ok"}
@@ -31,7 +31,7 @@ def figures(monkeypatch):
         saved.append((fig, out, fig._suptitle.get_text()))
         return out
 
-    for module in (e2e, comm, distributed, attention, memory):
+    for module in (e2e, comm, distributed, attention, memory, train):
         monkeypatch.setattr(module, "save", keep)
     return saved
 
@@ -172,3 +172,25 @@ def test_memory_timeline_reads_old_and_new_config(tmp_path, figures):
 def test_empty_folder_draws_nothing(tmp_path, figures):
     assert cli.main(["report", str(tmp_path)]) == 0
     assert figures == []
+
+
+def test_train_curves_and_difference_from_the_reference(tmp_path, figures):
+    setup = {"size": "small", "context": 512, "batch": 4, "steps": 20, "corpus": "python-3.12-stdlib", "lr": 1e-3,
+             "lr_min": 1e-4, "lr_warmup": 5, "clip": 1.0, "seed": 0}
+    rows = []
+    for impl, shift in (("lmscale", 0.0), ("torch-eager", 0.01)):
+        for step in (0, 10, 20):
+            rows.append({**setup, "impl": impl, "precision": "bf16", "step": step, "metric": "val_loss",
+                         "value": 9.0 - 0.2 * step + shift, "unit": "nats"})
+            if step:
+                rows.append({**setup, "impl": impl, "precision": "bf16", "step": step, "metric": "train_loss",
+                             "value": 9.1 - 0.2 * step, "unit": "nats"})
+    write(tmp_path, "train", rows)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    drawn = [entry for entry in figures if entry[1].name == "train.png"]
+    assert len(drawn) == 1
+    check(drawn[0])
+    fig = drawn[0][0]
+    assert len(fig.axes) == 2  # the curves, and lmscale relative to the reference
+    difference = fig.axes[1].lines[0].get_ydata()
+    assert list(difference) == pytest.approx([-100 * 0.01 / (9.0 - 2.0 + 0.01), -100 * 0.01 / (9.0 - 4.0 + 0.01)])

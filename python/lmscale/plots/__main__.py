@@ -4,11 +4,11 @@ import json
 import pathlib
 import sys
 
-from . import attention, comm, distributed, e2e, memory
+from . import attention, comm, distributed, e2e, memory, train
 
 # Each draws every figure its records allow and returns the paths written (an empty list: none).
 DRAWERS = [e2e.plot_step_times, e2e.plot_compare, comm.plot, distributed.plot_ddp, distributed.plot_zero,
-           attention.plot, memory.plot_folder]
+           attention.plot, memory.plot_folder, train.plot]
 
 
 def main(argv=None):

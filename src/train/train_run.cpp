@@ -1,0 +1,164 @@
+// The run loop of `lmscale train`; see train_run.h.
+#include "train/train_run.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/record.h"
+#include "core/sweep_progress.h"
+#include "train/train_compare.h"
+#include "train/train_progress.h"
+#include "train/train_reference.h"
+
+namespace lmscale {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The corpus's name from the corpus.json beside the training file (`lmscale train corpus`), else the
+// file's name: records say what was trained on without a local path.
+std::string corpus_name(const std::string& train_path) {
+  const fs::path manifest = fs::path(train_path).parent_path() / "corpus.json";
+  if (fs::is_regular_file(manifest)) {
+    std::ifstream f(manifest);
+    const Json j = Json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("name") && j["name"].is_string()) return j["name"].get<std::string>();
+  }
+  return fs::path(train_path).filename().string();
+}
+
+bool is_out_of_memory(const std::string& what) {
+  return what.find("out of memory") != std::string::npos || what.find("OutOfMemory") != std::string::npos;
+}
+
+}  // namespace
+
+Json train_run_fields(const TrainRun& r) {
+  const auto& s = r.setup;
+  const auto& m = s.model;
+  return Json{{field::impl, r.impl},
+              {field::size, m.name},
+              {field::d_model, m.d_model},
+              {field::d_ff, m.d_ff},
+              {field::layers, m.num_layers},
+              {field::heads, m.num_heads},
+              {field::vocab, m.vocab_size},
+              {field::params, m.param_count()},
+              {field::context, s.context},
+              {field::batch, s.batch},
+              {field::precision, r.precision},
+              {field::attention, attention_backend_name(m.attention)},
+              {field::device, s.device.str()},
+              {field::fused, s.fused},
+              {train_field::seed, s.seed},
+              {field::steps, r.steps},
+              {train_field::lr, r.lr.peak},
+              {train_field::lr_min, r.lr.floor},
+              {train_field::lr_warmup, r.lr.warmup},
+              {train_field::clip, r.clip},
+              {train_field::eval_every, r.eval_every},
+              {train_field::eval_batches, r.eval_batches},
+              {train_field::corpus, corpus_name(r.train_path)}};
+}
+
+std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const TrainRun& run) {
+  const Json key = train_run_fields(run);
+  std::set<int64_t> steps;
+  for (const auto& rec : records) {
+    if (rec.value(field::bench, "") != "train" || rec.value(field::metric, "") != "val_loss" ||
+        rec.value(field::status, "") != "ok" || !rec.contains(field::step))
+      continue;
+    bool same = true;
+    for (const auto& [k, v] : key.items())
+      if (!rec.contains(k) || rec[k] != v) same = false;
+    if (same) steps.insert(rec[field::step].get<int64_t>());
+  }
+  return steps;
+}
+
+TrainOutcome run_training(const TrainOptions& o) {
+  TORCH_CHECK(!o.precisions.empty() && !o.impls.empty(), "run_training: no precision or impl to run");
+  TORCH_CHECK(o.setup_for, "run_training: setup_for is not set");
+  const std::string jsonl = (fs::path(o.out) / "train.jsonl").string();
+  std::vector<Json> existing;
+  if (o.resume && fs::exists(jsonl)) existing = read_records(jsonl, nullptr, &std::cerr);
+  const bool terminal = isatty(STDERR_FILENO) && use_colour(true, nullptr, std::getenv("TERM"));
+
+  TrainOutcome outcome;
+  std::vector<Json> keys;  // the runs of this invocation, for the comparison
+  for (const auto& precision : o.precisions) {
+    for (const auto& impl : o.impls) {
+      TrainRun run = o.base;
+      run.impl = impl;
+      run.precision = precision;
+      run.setup = o.setup_for(precision);
+      run.lr.total = run.steps;
+      ++outcome.runs;
+      Json fields = train_run_fields(run);
+      keys.push_back(fields);
+      Record cell("train", impl);
+      cell.update(fields);
+      if (is_torch_reference(impl)) cell.set(train_field::torch_attention, "sdpa");
+      const std::string label = impl + " " + precision;
+      if (is_torch_reference(impl) && !torch_reference_unsupported(precision).empty()) {
+        std::cerr << label << ": skipped: " << torch_reference_unsupported(precision) << "\n";
+        if (!o.resume || recorded_evaluations(existing, run).empty())
+          append_jsonl(jsonl, {cell.set_status(Status::skipped, torch_reference_unsupported(precision)).failure()});
+        continue;
+      }
+      const std::set<int64_t> recorded = recorded_evaluations(existing, run);
+      const std::vector<int64_t> evals = evaluation_steps(run);
+      if (std::all_of(evals.begin(), evals.end(), [&](int64_t s) { return recorded.count(s) > 0; })) {
+        std::cerr << label << ": every evaluation is in " << jsonl << " already (--resume): not run\n";
+        ++outcome.skipped;
+        continue;
+      }
+      TrainProgress progress(std::cerr, terminal, label, run.steps);
+      for (const auto& rec : existing)
+        if (rec.value(field::metric, "") == "val_loss" && rec.contains(field::step) &&
+            recorded.count(rec[field::step].get<int64_t>()) && rec.value(field::impl, "") == impl &&
+            rec.value(field::precision, "") == precision && rec[field::value].is_number())
+          progress.kept(rec[field::step].get<int64_t>(), rec[field::value].get<double>());
+      TrainCallbacks cb;
+      cb.on_step = [&](int64_t s) { progress.step(s); };
+      cb.on_eval = [&](const Evaluation& e) {
+        progress.eval(e);
+        Record r = cell;
+        r.set(field::step, e.step).set(train_field::lr_now, e.lr).set(train_field::elapsed_s, e.elapsed_s);
+        std::vector<Json> lines{r.metric("val_loss", e.val_loss, "nats")};
+        if (!std::isnan(e.train_loss)) lines.push_back(r.metric("train_loss", e.train_loss, "nats"));
+        if (!std::isnan(e.grad_norm)) lines.push_back(r.metric("grad_norm", e.grad_norm, ""));
+        append_jsonl(jsonl, lines);  // now: an interrupted run keeps every evaluation it finished
+      };
+      try {
+        if (impl == "lmscale")
+          train_lmscale(run, recorded, cb);
+        else
+          train_torch_reference(run, recorded, cb);
+      } catch (const ResultWriteError&) {
+        throw;  // a results folder that cannot be written ends the invocation
+      } catch (const std::exception& e) {
+        const std::string what = e.what();
+        const std::string reason = what.substr(0, what.find('\n'));
+        const Status st = is_out_of_memory(what) ? Status::oom : Status::error;
+        std::cerr << label << ": " << to_string(st) << ": " << reason << "\n";
+        append_jsonl(jsonl, {cell.set_status(st, reason).failure()});
+        if (st != Status::oom) ++outcome.failures;
+      }
+    }
+  }
+  if (keys.size() > 1) {
+    outcome.comparison = loss_comparison(read_records(jsonl, nullptr, &std::cerr), keys, o.base.lr.warmup);
+    write_text((fs::path(o.out) / "train_compare.md").string(), outcome.comparison);
+  }
+  return outcome;
+}
+
+}  // namespace lmscale

@@ -1,0 +1,58 @@
+// `lmscale train`'s run loop: one training run per (precision, impl), lmscale's (trainer.h) or the
+// PyTorch reference's (train_reference.h), each evaluation appended to <out>/train.jsonl as records
+// (docs/results/SCHEMA.md, bench "train") the moment it is measured, with --resume keeping what is
+// already there; then the loss comparison of the runs (train_compare.h) to <out>/train_compare.md.
+#pragma once
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/results.h"
+#include "train/trainer.h"
+
+namespace lmscale {
+
+// Field names of train records that the shared glossary (core/record.h) does not have yet.
+namespace train_field {
+inline constexpr char seed[] = "seed";
+inline constexpr char lr[] = "lr";                  // peak learning rate
+inline constexpr char lr_min[] = "lr_min";          // the cosine's floor
+inline constexpr char lr_warmup[] = "lr_warmup";    // steps of linear warm-up
+inline constexpr char lr_now[] = "lr_now";          // the learning rate of the record's step
+inline constexpr char clip[] = "clip";
+inline constexpr char eval_every[] = "eval_every";
+inline constexpr char eval_batches[] = "eval_batches";
+inline constexpr char corpus[] = "corpus";
+inline constexpr char train_tokens[] = "train_tokens";
+inline constexpr char val_tokens[] = "val_tokens";
+inline constexpr char elapsed_s[] = "elapsed_s";
+inline constexpr char torch_attention[] = "torch_attention";
+}  // namespace train_field
+
+struct TrainOptions {
+  TrainRun base;                        // impl and precision are set per run
+  std::vector<std::string> precisions;  // as spelled; each also set in base.setup by `setup_for`
+  std::vector<std::string> impls;       // "lmscale" and/or PyTorch references
+  // Turns a precision name into the run's StepSetup (the CLI's to_setup), so that a new precision
+  // needs no change here.
+  std::function<StepSetup(const std::string& precision)> setup_for;
+  std::string out = "results";
+  bool resume = false;
+};
+
+struct TrainOutcome {
+  int runs = 0, failures = 0, skipped = 0;  // skipped: complete in the records already (--resume)
+  std::string comparison;                   // the markdown of train_compare.md ("" with one run)
+};
+
+// The config fields every record of a run carries; two runs with equal fields are the same run.
+Json train_run_fields(const TrainRun& run);
+
+// The evaluation steps of `run` that <out>/train.jsonl already holds (val_loss records of the same
+// run fields, status ok).
+std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const TrainRun& run);
+
+TrainOutcome run_training(const TrainOptions& options);
+
+}  // namespace lmscale

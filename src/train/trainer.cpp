@@ -1,0 +1,101 @@
+// lmscale's training loop; see trainer.h.
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "train/data_order.h"
+#include "train/grad_clip.h"
+#include "train/token_file.h"
+
+namespace lmscale {
+
+void validate(const TrainRun& r) {
+  TORCH_CHECK(r.steps >= 1, "--steps must be at least 1, got ", r.steps);
+  TORCH_CHECK(r.eval_every >= 1, "--eval-every must be at least 1, got ", r.eval_every);
+  TORCH_CHECK(r.eval_batches >= 1, "--eval-batches must be at least 1, got ", r.eval_batches);
+  TORCH_CHECK(r.clip >= 0, "--clip must be >= 0 (0 turns clipping off), got ", r.clip);
+  TORCH_CHECK(r.lr.total == r.steps, "the learning-rate schedule must end at the last step (", r.steps, "), got ",
+              r.lr.total);
+  validate(r.lr);
+  // The loop runs the step's phases one by one, clipping between the backward and the update; the
+  // modes that update inside the backward live in TrainingStep::run() and are never armed here.
+  TORCH_CHECK(!r.setup.optimizer_in_backward, "lmscale train clips the gradients between the backward and the update, "
+              "so AdamW cannot run inside the backward: drop --optimizer-in-backward");
+  TORCH_CHECK(!r.setup.optimizer_overlap, "lmscale train clips the gradients between the backward and the update, "
+              "so AdamW cannot run under the backward: drop --optimizer-overlap");
+  validate(r.setup);
+}
+
+std::vector<int64_t> evaluation_steps(const TrainRun& r) {
+  std::vector<int64_t> s;
+  for (int64_t k = 0; k < r.steps; k += r.eval_every) s.push_back(k);
+  s.push_back(r.steps);
+  return s;
+}
+
+void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb) {
+  validate(run);
+  const auto start = std::chrono::steady_clock::now();
+  const StepSetup& setup = run.setup;
+  const int64_t B = setup.batch, T = setup.context;
+  const TokenFile train(run.train_path, setup.model.vocab_size);
+  const TokenFile val(run.val_path, setup.model.vocab_size);
+  const std::vector<int64_t> val_starts = validation_window_starts(run.eval_batches * B, val.size(), T);
+  (void)train_window_starts(run.data_seed, 0, B, train.size(), T);  // a file too short fails before the model is built
+
+  TrainingStep step(setup);  // seeds and initialises the model
+  FusedAdamW& optimizer = step.optimizer();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(setup.device);
+  at::Tensor loss_sum = at::zeros({}, f32), last_norm;
+  int64_t losses = 0;
+  // The step's own input tensors take each batch in place (copy_), so their addresses never move.
+  auto load = [&](const Batch& b) {
+    step.inputs().copy_(b.inputs);
+    step.targets().copy_(b.targets);
+  };
+  auto evaluate = [&](int64_t s) {
+    at::Tensor sum = at::zeros({}, f32);
+    for (int64_t i = 0; i < run.eval_batches; ++i) {
+      const std::vector<int64_t> starts(val_starts.begin() + i * B, val_starts.begin() + (i + 1) * B);
+      load(batch_of(val, starts, T, setup.device));
+      step.forward(StepMode::Forward);  // no autograd, same autocast and kernels as training
+      sum += step.last_loss().detach().to(at::kFloat);
+    }
+    step.release_loss();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Evaluation e;
+    e.step = s;
+    e.val_loss = sum.item<double>() / static_cast<double>(run.eval_batches);
+    e.train_loss = losses ? loss_sum.item<double>() / static_cast<double>(losses) : nan;
+    e.grad_norm = last_norm.defined() ? last_norm.item<double>() : nan;
+    e.lr = s == 0 ? 0.0 : lr_at(run.lr, s);
+    e.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (cb.on_eval) cb.on_eval(e);
+  };
+
+  const std::vector<int64_t> evals = evaluation_steps(run);
+  const std::set<int64_t> eval_at(evals.begin(), evals.end());
+  if (!recorded.count(0)) evaluate(0);
+  for (int64_t s = 1; s <= run.steps; ++s) {
+    load(batch_of(train, train_window_starts(run.data_seed, s - 1, B, train.size(), T), T, setup.device));
+    step.forward(StepMode::TrainStep);
+    step.backward();
+    last_norm = clip_grad_norm(optimizer.params(), run.clip);
+    optimizer.set_lr(lr_at(run.lr, s));
+    step.optimizer_step();
+    loss_sum += step.last_loss().detach().to(at::kFloat);  // summed on the device: no sync per step
+    ++losses;
+    if (eval_at.count(s)) {
+      if (!recorded.count(s)) evaluate(s);
+      loss_sum.zero_();
+      losses = 0;
+    }
+    if (cb.on_step) cb.on_step(s);
+  }
+}
+
+}  // namespace lmscale
