@@ -115,12 +115,16 @@ torch.library.register_autograd("lmscale::flash_attention_backward", _refuse_dou
 def _sdpa_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool):
     """SDPA's broadcasting of heads for grouped-query attention: k, v (..., Hkv, Nk, D) repeated to q's
     Hq heads (each key/value head serves Hq/Hkv consecutive query heads, as SDPA's repeat_interleave)."""
+    if not enable_gqa:
+        # Eager only: under torch.compile the comparison would guard on symbolic head counts, and the
+        # op's own shape check (fake kernel included) still refuses the mismatch.
+        if not torch.compiler.is_compiling() and q.dim() >= 3 and k.dim() == q.dim() and q.shape[-3] != k.shape[-3]:
+            raise ValueError(f"lmscale.flash_attention: q has {q.shape[-3]} heads but k and v have {k.shape[-3]}; pass "
+                             "enable_gqa=True for grouped-query attention (as with SDPA), or repeat k/v heads yourself.")
+        return k, v
     if q.dim() < 3 or k.dim() != q.dim() or q.shape[-3] == k.shape[-3]:
         return k, v
     hq, hkv = q.shape[-3], k.shape[-3]
-    if not enable_gqa:
-        raise ValueError(f"lmscale.flash_attention: q has {hq} heads but k and v have {hkv}; pass enable_gqa=True "
-                         "for grouped-query attention (as with SDPA), or repeat k/v heads yourself.")
     if v.shape[-3] != hkv or hq % hkv != 0:
         raise ValueError(f"lmscale.flash_attention: enable_gqa needs q's heads ({hq}) to be a multiple of k's and "
                          f"v's (got k {hkv}, v {v.shape[-3]}), as SDPA requires.")
@@ -130,8 +134,10 @@ def _sdpa_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
     """The op on SDPA's causal alignment: with Nq != Nk, query i sees keys j <= i (the top-left
     diagonal, SDPA's is_causal), which the kernels' square causal mask serves exactly in two parts."""
+    if not is_causal:
+        return _forward_op(q, k, v, is_causal)[0]
     nq, nk = q.shape[-2], k.shape[-2]
-    if not is_causal or nq == nk:
+    if nq == nk:
         return _forward_op(q, k, v, is_causal)[0]
     if nq < nk:  # keys past Nq are seen by no query
         return _forward_op(q, k[..., :nq, :], v[..., :nq, :], True)[0]
@@ -143,7 +149,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, *,
                     scale: Optional[float] = None, enable_gqa: bool = False, attn_mask: None = None,
-                    dropout_p: float = 0.0) -> torch.Tensor:
+                    dropout_p: Optional[float] = None) -> torch.Tensor:
     """FlashAttention-2 with ``F.scaled_dot_product_attention``'s contract: ``softmax(q kᵀ · scale) v``,
     autograd-aware, traceable by ``torch.compile``.
 
@@ -159,8 +165,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
             one extra rounding of q).
         enable_gqa: grouped-query attention as SDPA's: Hq a multiple of Hkv, each k/v head serving
             Hq/Hkv consecutive query heads (k and v are repeated before the kernel).
-        attn_mask, dropout_p: SDPA's, accepted at their defaults only (None, 0.0): the kernels have
-            neither an arbitrary mask nor dropout.
+        attn_mask, dropout_p: SDPA's, accepted as None and None/0.0 only: the kernels have neither an
+            arbitrary mask nor dropout.
 
     Returns:
         O of shape (..., Hq, Nq, Dv), q's dtype. CPU tensors run the tiled reference, CUDA tensors the
@@ -177,11 +183,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
     if attn_mask is not None:
         raise ValueError("lmscale.flash_attention: attn_mask is not supported (the kernels apply no mask but the "
                          "causal one); use is_causal=True, or F.scaled_dot_product_attention for other masks.")
-    if dropout_p != 0.0:
+    # None by default, not SDPA's 0.0: comparing a float default makes torch.compile restart its analysis.
+    if dropout_p is not None and dropout_p != 0.0:
         raise ValueError("lmscale.flash_attention: dropout_p must be 0.0 (the kernels have no attention dropout); "
                          "use F.scaled_dot_product_attention where dropout on the attention weights is needed.")
     k, v = _sdpa_layout(q, k, v, enable_gqa)
     d, dv = q.shape[-1], v.shape[-1]
+    if scale is None and dv == d:  # the kernels' own case (no symbolic arithmetic for torch.compile)
+        return _attention(q, k, v, is_causal)
+    if k.shape[-1] != d:
+        return _attention(q, k, v, is_causal)  # the op's check names the mismatch
     width = max(d, dv)  # the head dim the kernels see, whose factor is 1/sqrt(width)
     factor = (1.0 / math.sqrt(d) if scale is None else float(scale)) * math.sqrt(width)
     if not math.isclose(factor, 1.0, rel_tol=1e-12, abs_tol=0.0):

@@ -282,7 +282,8 @@ std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const 
       auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
       return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(qkv_in.scalar_type());
     };
-    return {rotate(parts[0]).contiguous(), rotate(parts[1]).contiguous(), parts[2].contiguous()};
+    // v is copied even where its view happens to be contiguous: an op's output must not alias its input.
+    return {rotate(parts[0]).contiguous(), rotate(parts[1]).contiguous(), parts[2].clone(at::MemoryFormat::Contiguous)};
   }
 #ifdef LMSCALE_HAS_KERNELS
   c10::cuda::CUDAGuard guard(qkv_in.device());
