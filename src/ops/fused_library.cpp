@@ -9,6 +9,9 @@
 #include <optional>
 #include <tuple>
 
+#include "ops/fused_cross_entropy.h"
+#include "ops/fused_rope.h"
+
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -229,17 +232,6 @@ std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& dout_in, const Tensor& 
 // qkv (B, T, 3C) = [q | k | v] → q, k rotated (pairs (2i, 2i+1) by the (cos, sin) of rotation
 // (≥T, D/2, 2) fp32), v as is, each (B, H, T, D) contiguous.
 
-void check_rope(const Tensor& qkv, const Tensor& rotation, int64_t heads) {
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "rope_qkv: qkv must be (B, T, 3C), got ", qkv.sizes());
-  const int64_t C = qkv.size(2) / 3;
-  TORCH_CHECK(heads > 0 && C % heads == 0 && (C / heads) % 2 == 0, "rope_qkv: C = ", C, " must split into ", heads,
-              " heads of an even head dim");
-  TORCH_CHECK(rotation.dim() == 3 && rotation.size(0) >= qkv.size(1) && rotation.size(1) == C / heads / 2 &&
-                  rotation.size(2) == 2,
-              "rope_qkv: rotation ", rotation.sizes(), " must be (>=T, D/2, 2) for T = ", qkv.size(1), ", D = ",
-              C / heads);
-}
-
 bool rope_kernel_applies(const Tensor& t, const Tensor& rotation) {
 #ifdef LMSCALE_HAS_KERNELS
   return t.is_cuda() && kernel_dtype(t.scalar_type()) && t.numel() > 0 && rotation.device() == t.device() &&
@@ -271,7 +263,7 @@ kernels::RopeQkvParams rope_params(int64_t B, int64_t T, int64_t heads, int64_t 
 #endif
 
 std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const Tensor& rotation_in, int64_t heads) {
-  check_rope(qkv_in, rotation_in, heads);
+  check_rope_qkv_shapes(qkv_in, rotation_in, heads);
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), C = qkv_in.size(2) / 3, D = C / heads;
   if (!rope_kernel_applies(qkv_in, rotation_in)) {
     const auto mt = math_dtype(qkv_in.scalar_type());
@@ -343,15 +335,6 @@ Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor&
 // mean loss (0-dim, fp32; fp64 for fp64) and stats (2, rows) = (m, l) for the backward. No fp32 copy of
 // the logits on the kernel path.
 
-void check_cross_entropy(const Tensor& logits, const Tensor& targets) {
-  TORCH_CHECK(logits.dim() >= 1 && targets.dim() == logits.dim() - 1 &&
-                  targets.sizes() == logits.sizes().slice(0, logits.dim() - 1),
-              "cross_entropy: logits ", logits.sizes(), " need targets of the logits' shape without the last "
-              "(vocabulary) dim; got ", targets.sizes());
-  TORCH_CHECK(targets.scalar_type() == at::kLong, "cross_entropy: targets must be int64, got ", targets.scalar_type());
-  TORCH_CHECK(logits.numel() > 0, "cross_entropy: no positions or an empty vocabulary (logits ", logits.sizes(), ")");
-}
-
 bool cross_entropy_kernel_applies(const Tensor& logits, const Tensor& targets) {
 #ifdef LMSCALE_HAS_KERNELS
   return logits.is_cuda() && kernel_dtype(logits.scalar_type()) && targets.device() == logits.device();
@@ -361,8 +344,24 @@ bool cross_entropy_kernel_applies(const Tensor& logits, const Tensor& targets) {
 #endif
 }
 
+#ifdef LMSCALE_HAS_KERNELS
+// z (rows, V) with a contiguous last dim, targets (rows) contiguous int64; stats (2, rows) fp32.
+kernels::CrossEntropyParams cross_entropy_params(const Tensor& z, const Tensor& targets, const Tensor& stats) {
+  kernels::CrossEntropyParams p;
+  p.logits = z.data_ptr();
+  p.logits_stride = z.stride(0);
+  p.targets = targets.data_ptr<int64_t>();
+  p.rows = z.size(0);
+  p.vocab = z.size(1);
+  p.dtype = fused_dtype(z.scalar_type());
+  p.row_max = stats[0].data_ptr<float>();
+  p.row_log_sum = stats[1].data_ptr<float>();
+  return p;
+}
+#endif
+
 std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets_in) {
-  check_cross_entropy(logits, targets_in);
+  check_cross_entropy_shapes(logits, targets_in);
   const int64_t V = logits.size(-1);
   auto z = logits.reshape({-1, V});
   auto targets = targets_in.reshape({-1});
@@ -380,16 +379,8 @@ std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Ten
   targets = targets.contiguous();
   auto opts = z.options().dtype(at::kFloat);
   auto loss = at::empty({z.size(0)}, opts), stats = at::empty({2, z.size(0)}, opts);
-  kernels::CrossEntropyParams p;
-  p.logits = z.data_ptr();
-  p.logits_stride = z.stride(0);
-  p.targets = targets.data_ptr<int64_t>();
-  p.rows = z.size(0);
-  p.vocab = V;
-  p.dtype = fused_dtype(z.scalar_type());
+  auto p = cross_entropy_params(z, targets, stats);
   p.loss_out = loss.data_ptr<float>();
-  p.row_max = stats[0].data_ptr<float>();
-  p.row_log_sum = stats[1].data_ptr<float>();
   kernels::run_cross_entropy_fwd(p, stream());
   return {loss.mean(), stats};
 #else
@@ -400,7 +391,7 @@ std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Ten
 // dz = grad_loss / rows · (exp(z − m − l) − [j = t]), in the logits' dtype and shape.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets_in,
                               const Tensor& stats) {
-  check_cross_entropy(logits, targets_in);
+  check_cross_entropy_shapes(logits, targets_in);
   const int64_t V = logits.size(-1);
   auto z = logits.reshape({-1, V});
   auto targets = targets_in.reshape({-1});
@@ -414,15 +405,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     auto st = stats.contiguous();
     auto g = grad_loss.to(at::kFloat).contiguous();  // stays on the device: no sync
     auto dz = at::empty_like(z);
-    kernels::CrossEntropyParams p;
-    p.logits = z.data_ptr();
-    p.logits_stride = z.stride(0);
-    p.targets = targets.data_ptr<int64_t>();
-    p.rows = z.size(0);
-    p.vocab = V;
-    p.dtype = fused_dtype(z.scalar_type());
-    p.row_max = st[0].data_ptr<float>();
-    p.row_log_sum = st[1].data_ptr<float>();
+    auto p = cross_entropy_params(z, targets, st);
     p.grad_loss = g.data_ptr<float>();
     p.grad_factor = 1.f / static_cast<float>(z.size(0));
     p.dlogits_out = dz.data_ptr();

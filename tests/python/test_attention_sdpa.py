@@ -116,3 +116,25 @@ def test_ops_registered_at_import():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "32"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["scale", "gqa", "value-size", "causal-nq<nk", "causal-nq>nk"])
+def test_cuda_kernels_follow_sdpa(case):
+    """The same contract on the CUDA kernels, bf16, against SDPA in bf16 (within bf16 noise)."""
+    shapes = {"scale": ((2, 4, 100, 64),) * 3, "gqa": ((2, 8, 100, 64), (2, 2, 100, 64), (2, 2, 100, 64)),
+              "value-size": ((2, 4, 100, 64), (2, 4, 100, 64), (2, 4, 100, 32)),
+              "causal-nq<nk": ((2, 4, 60, 64), (2, 4, 130, 64), (2, 4, 130, 64)),
+              "causal-nq>nk": ((2, 4, 130, 64), (2, 4, 60, 64), (2, 4, 60, 64))}[case]
+    kwargs = {"scale": {"scale": 0.07}, "gqa": {"enable_gqa": True, "is_causal": True}, "value-size": {},
+              "causal-nq<nk": {"is_causal": True}, "causal-nq>nk": {"is_causal": True}}[case]
+    q, k, v = (rand(*s, dtype=torch.bfloat16, device="cuda") for s in shapes)
+    check_like_sdpa(q, k, v, rtol=3e-2, atol=3e-2, **kwargs)
+
+
+@pytest.mark.gpu
+def test_cuda_unsupported_value_size_names_the_built_sizes():
+    q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 16, 96, device="cuda", dtype=torch.bfloat16)  # padded width 96: not built
+    with pytest.raises(RuntimeError, match="supported"):
+        lmscale.flash_attention(q, q, v)
