@@ -76,13 +76,23 @@ def load() -> None:
 
 def _load_if_built() -> None:
     """The ops at import, as every PyTorch extension registers them; silent when there is no build
-    (pure-Python use), loud when there is one that does not fit this torch."""
+    (pure-Python use), an ImportError when the build does not fit this torch (the wheel's check), a
+    warning when a found build cannot be used (say, one older than these Python files): the
+    pure-Python parts still import, and the first use of an op name raises the error itself."""
     from . import _library
     try:
-        _library.find_library()
+        path = _library.find_library()
     except ImportError:
         return
-    load()
+    try:
+        load()
+    except _library.TorchMismatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 (reported, and raised again on first use)
+        import warnings
+        warnings.warn(f"lmscale: the library {path} was found but could not be used ({type(e).__name__}: {e}); "
+                      "rebuild it (./lmscale build, or pip install ./python). Until then only the pure-Python "
+                      "parts (lmscale.baseline, lmscale.plots) work.", stacklevel=2)
 
 
 _load_if_built()

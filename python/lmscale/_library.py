@@ -104,6 +104,10 @@ _REBUILD_HINT = ("The library must be built against the torch it runs with: rebu
                  "`./lmscale build`), or install the torch it was built against.")
 
 
+class TorchMismatchError(ImportError):
+    """The installed libraries were built against another torch than the one running."""
+
+
 def check_torch(folder: pathlib.Path, version: str, cuda: Optional[str]) -> None:
     """ImportError, with the fix, when the libraries in `folder` were built (by the wheel build, which
     records it in _build.json) against another torch release or CUDA major than the one running."""
@@ -117,7 +121,7 @@ def check_torch(folder: pathlib.Path, version: str, cuda: Optional[str]) -> None
         return
     want = built["torch"].split("+")[0].rsplit(".", 1)[0]
     index = f"cu{built['cuda'].replace('.', '')}" if built.get("cuda") else "cpu"
-    raise ImportError(
+    raise TorchMismatchError(
         f"lmscale: this install was built against torch {built['torch']} (CUDA {built.get('cuda') or 'none'}), "
         f"but the environment has torch {version} (CUDA {cuda or 'none'}); their C++ ABIs differ. Fix: "
         f"pip install 'torch=={want}.*' --index-url https://download.pytorch.org/whl/{index} . {_REBUILD_HINT}"
