@@ -19,10 +19,12 @@ Offline, `pip install --no-build-isolation ./python` skips the isolated environm
 Editable installs (`pip install -e python`, `./lmscale python-install`) skip the CMake step: the package
 then loads the library from the checkout's build folder (see lmscale/_library.py).
 """
+import atexit
 import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ from setuptools.dist import Distribution
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCRATCH = pathlib.Path(tempfile.mkdtemp(prefix="lmscale-setuptools-"))  # setuptools' build/ and egg-info
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)  # pip has copied what it needs by then
 
 
 def outer_environment():
