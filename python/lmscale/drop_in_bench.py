@@ -260,7 +260,7 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=10000)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default=None, help="JSONL file the records are appended to")
     args = parser.parse_args(argv)
