@@ -3,7 +3,7 @@
 # wheel (`pip wheel ./python`, timed, into /tmp/lmscale-wheel-build, kept while the machine stays
 # warm so a second call only installs), installs it into an empty folder, runs the GPU tests of the
 # lmscale.nn ops and SDPA's contract against that install from outside the checkout, then
-# `python -m lmscale.drop_in_bench` (docs/results/drop_in.md). Liger-Kernel comes as a carried wheel.
+# `python -m lmscale.drop_in_bench` (docs/python.md, "The drop-in benchmark"). Liger-Kernel comes as a carried wheel.
 #
 #   scripts/gpu/drop_in.sh OUT [tests] [bench SIZE...]     (default: tests bench small)
 #
