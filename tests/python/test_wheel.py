@@ -56,11 +56,11 @@ def installed(tmp_path_factory):
 def test_installed_wheel_runs_with_the_build_folder_gone(installed):
     site, _, build_dir = installed
     code = ("import pathlib, torch, lmscale, lmscale.nn as lnn\n"
-            "assert pathlib.Path(lmscale.library_path()).parent == pathlib.Path(lmscale.__file__).parent\n"
+            "assert pathlib.Path(lmscale.library_path).parent == pathlib.Path(lmscale.__file__).parent\n"
             "q = torch.randn(1, 2, 16, 32, requires_grad=True)\n"
             "lmscale.flash_attention(q, q, q, is_causal=True).sum().backward()\n"
             "y = lnn.RMSNorm(32)(q.detach())\n"
-            "print('ran', lmscale.library_path(), q.grad.shape[-1] + y.shape[-1])\n")
+            "print('ran', lmscale.library_path, q.grad.shape[-1] + y.shape[-1])\n")
     env = {k: v for k, v in os.environ.items() if k not in ("LMSCALE_BUILD_DIR", "LMSCALE_LIBRARY", "PYTHONPATH")}
     env["PYTHONPATH"] = str(site)
     away = build_dir.with_name(build_dir.name + ".renamed-by-test_wheel")
