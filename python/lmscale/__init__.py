@@ -1,22 +1,24 @@
-"""lmscale for PyTorch users: FlashAttention-2 as ``torch.library`` ops, DistributedDataParallel and
-ZeRO-1 (ShardedOptimizer) on lmscale's C++ core.
+"""lmscale for PyTorch users: FlashAttention-2 with SDPA's contract, the fused layers of lmscale's own
+model as ``lmscale.nn`` (RMSNorm + residual, SwiGLU, QKV + RoPE, cross-entropy), DistributedDataParallel
+and ZeRO-1 (ShardedOptimizer) on lmscale's C++ core, all taking PyTorch's arguments.
 
     import torch, lmscale
     q, k, v = (torch.randn(2, 4, 128, 64, requires_grad=True) for _ in range(3))
-    o = lmscale.flash_attention(q, k, v, is_causal=True)   # (..., N, D); CPU: reference, CUDA: kernel
+    o = lmscale.flash_attention(q, k, v, is_causal=True)   # F.scaled_dot_product_attention's contract
     o.sum().backward()
     model = torch.compile(model, fullgraph=True)            # a model calling it: no graph break
 
-    ddp = lmscale.DistributedDataParallel(model, bucket_size_mb=25)      # after dist.init_process_group
-    opt = lmscale.ShardedOptimizer(ddp.parameters(), torch.optim.AdamW, lr=1e-3)
-    loss.backward(); ddp.finish_gradient_synchronization(); opt.step()
+    ddp = lmscale.DistributedDataParallel(model, device_ids=[rank])   # after dist.init_process_group
+    opt = lmscale.ShardedOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
+    loss.backward(); opt.step()                             # gradients are averaged inside backward
 
-``import lmscale`` loads nothing compiled: liblmscale.so (the ops) and the extension lmscale._C (the
-C++ DDP reducer) are loaded on first use of a name below (or by ``lmscale.load()``, for code calling
-``torch.ops.lmscale.*`` directly), so the pure-Python subpackages (``lmscale.baseline``,
-``lmscale.plots``) work without a build. Where the library is looked for:
-``lmscale._library`` (``$LMSCALE_LIBRARY``, the package folder, ``$LMSCALE_BUILD_DIR``, ``build/``).
-``python -m lmscale`` prints what the loaded build holds. See docs/python.md.
+``import lmscale`` loads liblmscale.so when it is found (registering ``torch.ops.lmscale.*`` with
+their fake kernels and autograd, so those ops work right away) and checks that the installed torch is
+the one it was built against. Without a build it still imports: the pure-Python subpackages
+(``lmscale.baseline``, ``lmscale.plots``) work, and the names below raise an ImportError that says how
+to build. Where the library is looked for: ``lmscale._library`` (``$LMSCALE_LIBRARY``, the package
+folder, ``$LMSCALE_BUILD_DIR``, ``build/``). ``python -m lmscale`` prints what the loaded build holds.
+See docs/python.md.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 
 
 def __getattr__(name: str) -> Any:
+    if name == "nn":  # not built: importing it raises the ImportError that names the fix
+        return importlib.import_module(".nn", __name__)
     if name in _LAZY:
         value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
         globals()[name] = value  # later lookups skip __getattr__
@@ -64,9 +68,34 @@ def __dir__() -> list[str]:
 
 
 def load() -> None:
-    """Loads liblmscale.so and lmscale._C now (once), registering ``torch.ops.lmscale.*``: for code
-    that calls those ops directly. Using any name above loads them too. ImportError if not built."""
-    from . import attention  # noqa: F401  (loads the library, then registers fake kernels and autograd)
+    """Loads liblmscale.so and lmscale._C now (once), registering ``torch.ops.lmscale.*`` with their
+    fake kernels and autograd. ``import lmscale`` already did if the library was found; this raises
+    the ImportError that says why not."""
+    from . import attention, nn  # noqa: F401  (load the library, then register fake kernels and autograd)
+
+
+def _load_if_built() -> None:
+    """The ops at import, as every PyTorch extension registers them; silent when there is no build
+    (pure-Python use), an ImportError when the build does not fit this torch (the wheel's check), a
+    warning when a found build cannot be used (say, one older than these Python files): the
+    pure-Python parts still import, and the first use of an op name raises the error itself."""
+    from . import _library
+    try:
+        path = _library.find_library()
+    except ImportError:
+        return
+    try:
+        load()
+    except _library.TorchMismatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 (reported, and raised again on first use)
+        import warnings
+        warnings.warn(f"lmscale: the library {path} was found but could not be used ({type(e).__name__}: {e}); "
+                      "rebuild it (./lmscale build, or pip install ./python). Until then only the pure-Python "
+                      "parts (lmscale.baseline, lmscale.plots) work.", stacklevel=2)
+
+
+_load_if_built()
 
 
 def build_info() -> dict[str, Any]:

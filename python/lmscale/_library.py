@@ -17,14 +17,15 @@ import importlib.util
 import os
 import pathlib
 import sys
+import json
 import threading
 from types import ModuleType
 from typing import Optional
 
-import torch
-
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 _LIBRARY_NAME = "liblmscale.so"
+# Written by `pip install ./python` beside the libraries: the torch they were built against.
+_BUILD_RECORD = "_build.json"
 
 _lock = threading.Lock()
 _library_path: Optional[pathlib.Path] = None
@@ -82,14 +83,49 @@ def load() -> Optional[ModuleType]:
         return _extension
     with _lock:
         if not _loaded:
+            import torch
+
             path = find_library()
+            check_torch(path.parent, torch.__version__, torch.version.cuda)
             # Load order matters: the op library first (its registrations), then _C, which links
             # against it and so reuses the copy already loaded.
-            torch.ops.load_library(str(path))
+            try:
+                torch.ops.load_library(str(path))
+            except OSError as e:
+                raise ImportError(f"lmscale: loading {path} failed: {e}. {_REBUILD_HINT}") from e
             _extension = _import_extension(path.parent)
             _library_path = path
             _loaded = True
     return _extension
+
+
+_REBUILD_HINT = ("The library must be built against the torch it runs with: rebuild it in this environment "
+                 "(`pip install --force-reinstall --no-deps ./python` from an lmscale checkout, or "
+                 "`./lmscale build`), or install the torch it was built against.")
+
+
+class TorchMismatchError(ImportError):
+    """The installed libraries were built against another torch than the one running."""
+
+
+def check_torch(folder: pathlib.Path, version: str, cuda: Optional[str]) -> None:
+    """ImportError, with the fix, when the libraries in `folder` were built (by the wheel build, which
+    records it in _build.json) against another torch release or CUDA major than the one running."""
+    record = folder / _BUILD_RECORD
+    if not record.is_file():
+        return  # a build folder of this checkout, built against the environment's torch
+    built = json.loads(record.read_text())
+    same_release = version.split("+")[0].split(".")[:2] == built["torch"].split("+")[0].split(".")[:2]
+    same_cuda = (cuda or "").split(".")[0] == (built.get("cuda") or "").split(".")[0]
+    if same_release and same_cuda:
+        return
+    want = built["torch"].split("+")[0].rsplit(".", 1)[0]
+    index = f"cu{built['cuda'].replace('.', '')}" if built.get("cuda") else "cpu"
+    raise TorchMismatchError(
+        f"lmscale: this install was built against torch {built['torch']} (CUDA {built.get('cuda') or 'none'}), "
+        f"but the environment has torch {version} (CUDA {cuda or 'none'}); their C++ ABIs differ. Fix: "
+        f"pip install 'torch=={want}.*' --index-url https://download.pytorch.org/whl/{index} . {_REBUILD_HINT}"
+    )
 
 
 def library_path() -> pathlib.Path:

@@ -1,45 +1,96 @@
 """lmscale.DistributedDataParallel: an nn.Module wrapper whose gradient hooks, buckets and
 collectives are the C++ DDP of src/distributed/ddp.h (lmscale._C.Reducer), handed the Python process group.
-Python only lists the module's parameters and buffers, forwards calls and implements no_sync(); the
-ShardedOptimizer that often follows it is in sharded_optimizer.py."""
+Python lists the module's parameters and buffers, takes PyTorch's DDP arguments, queues the end of
+synchronisation at the end of backward, forwards calls and implements no_sync(); the ShardedOptimizer
+that often follows it is in sharded_optimizer.py."""
 from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator, Optional
+import weakref
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from ._library import require_distributed as _require_distributed
 
+# PyTorch's default bucket cap (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb).
+DEFAULT_BUCKET_CAP_MB = 25.0
+_DEFAULT = object()  # "not given", so that an explicit None (one all-reduce per parameter) differs
+
 
 class DistributedDataParallel(torch.nn.Module):
     """Data parallelism for any ``nn.Module``, on the default ``torch.distributed`` group or a given one
-    (Gloo for CPU modules, NCCL for CUDA modules).
+    (Gloo for CPU modules, NCCL for CUDA modules), written as with ``torch.nn.parallel.DistributedDataParallel``:
 
-    - ``bucket_size_mb=None``: one all-reduce per parameter, launched as soon as its gradient lands
-      in backward; a number: buckets of at most that many MB (2**20 bytes), each launched in order
-      when its last gradient lands (``0`` = one parameter per bucket, ``float('inf')`` = one bucket).
+        ddp = lmscale.DistributedDataParallel(model, device_ids=[local_rank])
+        loss_fn(ddp(x), y).backward()   # .grad holds the average over ranks when backward returns
+        opt.step()
+
+    - Synchronisation finishes inside ``backward()``: the first gradient hook of a backward queues
+      ``finish_gradient_synchronization()`` on autograd's end-of-backward callback, so ``.grad`` is
+      averaged when ``backward()`` returns. Calling ``finish_gradient_synchronization()`` yourself
+      (the explicit loop of lmscale's C++ API and of CS336) is still right: after a backward it has
+      already run, so the call returns at once; it never communicates twice for one backward.
+    - Buckets: ``bucket_cap_mb`` (PyTorch's name) or ``bucket_size_mb`` (lmscale's), default 25 MB as in
+      PyTorch: buckets of at most that many MB (2**20 bytes), each launched in order when its last
+      gradient lands (``0`` = one parameter per bucket, ``float('inf')`` = one bucket). ``None``: one
+      all-reduce per parameter, launched as soon as its gradient lands.
     - At construction (a collective: every rank must wrap the same model) every parameter and buffer,
       frozen ones too, is copied from rank 0; ranks disagreeing on shapes or dtypes fail with a message.
-    - After ``loss.backward()``, ``finish_gradient_synchronization()`` returns once every ``.grad``
-      holds the average over ranks; then step the optimizer. A tied weight is reduced once, after all
-      its uses; parameters with ``requires_grad=False`` are never reduced.
-    - Gradients live in the reducer's bucket buffers: ``optimizer.zero_grad(set_to_none=False)``
-      keeps them there, so backward accumulates in place with no copy (``set_to_none=True`` works
-      too, at the price of one copy per parameter per step).
+    - A tied weight is reduced once, after all its uses; parameters with ``requires_grad=False`` are
+      never reduced; a parameter that gets no gradient in a backward counts as zero (what PyTorch's
+      ``find_unused_parameters=True`` gives, and no error where PyTorch's ``False`` would raise one).
+    - Gradients live in the reducer's bucket buffers (PyTorch's ``gradient_as_bucket_view=True``):
+      ``optimizer.zero_grad(set_to_none=False)`` keeps them there, so backward accumulates in place with
+      no copy (``set_to_none=True`` works too, at the price of one copy per parameter per step).
     - Gradient accumulation: forward and backward inside ``with ddp.no_sync():`` communicate nothing
-      and accumulate into ``.grad``; the first backward outside it synchronises the sum (then call
-      ``finish_gradient_synchronization()`` as usual), as with ``torch.nn.parallel.DistributedDataParallel``.
+      and accumulate into ``.grad``; the first backward outside it synchronises the sum, as with
+      PyTorch's DDP.
     - ``ddp.module`` is the wrapped module (state_dict keys gain the ``module.`` prefix, as in PyTorch).
       The wrapped module may be ``torch.compile``-d (``DistributedDataParallel(torch.compile(model))``),
       and the wrapper itself compiles: the reducer's hooks run in the autograd engine, outside the graph.
+
+    PyTorch's arguments, all accepted by the same names and positions:
+
+    - ``device_ids``: ``None`` or the one device the module is on (``[rank]``, ``[torch.device]``);
+      one device per process is the only layout (PyTorch's too); another device is refused.
+    - ``output_device``: ``None`` or the module's device; outputs stay where the module puts them.
+    - ``dim``: 0 only (it picks how PyTorch's single-process multi-device mode splits inputs, a mode
+      PyTorch itself removed).
+    - ``broadcast_buffers`` (default True): buffers are copied from rank 0 before every forward, as
+      in PyTorch; False keeps each rank's own.
+    - ``init_sync`` (default True): parameters and buffers are copied from rank 0 at construction;
+      False is refused (the C++ DDP always verifies and copies them, a collective).
+    - ``process_group``: the ranks that train this model; default: torch.distributed's default group.
+    - ``find_unused_parameters``: True or False, both honoured by the behaviour above (unused
+      parameters count as zero, with no extra pass over the graph).
+    - ``check_reduction``: deprecated in PyTorch and ignored there; accepted and ignored.
+    - ``gradient_as_bucket_view``: lmscale's default is True (``.grad`` is a view of its bucket: no
+      copy, no second gradient-sized allocation); False (PyTorch's default) is honoured: after each
+      synchronisation every ``.grad`` is replaced by a tensor of its own, at the price of that copy.
+    - ``static_graph``: accepted (a hint in PyTorch; lmscale's buckets follow the first step's
+      gradient order whatever the value).
+    Any other keyword of PyTorch's DDP (``mixed_precision``, ``device_mesh``, ...) is refused by name.
     """
 
-    def __init__(self, module: torch.nn.Module, bucket_size_mb: Optional[float] = None,
-                 process_group: Optional[dist.ProcessGroup] = None) -> None:
+    def __init__(self, module: torch.nn.Module, device_ids: Optional[Sequence[Any]] = None,
+                 output_device: Optional[Any] = None, dim: int = 0, broadcast_buffers: bool = True,
+                 init_sync: bool = True, process_group: Optional[dist.ProcessGroup] = None,
+                 bucket_cap_mb: Any = _DEFAULT, find_unused_parameters: bool = False,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = True,
+                 static_graph: bool = False, *, bucket_size_mb: Any = _DEFAULT, **unsupported: Any) -> None:
         super().__init__()
+        if unsupported:
+            raise TypeError(
+                f"lmscale.DistributedDataParallel: {', '.join(sorted(unsupported))} "
+                f"{'is' if len(unsupported) == 1 else 'are'} not supported (lmscale's DDP takes PyTorch's "
+                "device_ids, output_device, dim, broadcast_buffers, init_sync, process_group, bucket_cap_mb, "
+                "find_unused_parameters, check_reduction, gradient_as_bucket_view and static_graph). For "
+                "mixed precision, run the forward under torch.autocast instead."
+            )
+        bucket_mb = _bucket_cap(bucket_cap_mb, bucket_size_mb)
         C = _require_distributed(
             "DistributedDataParallel",
             "torch.distributed.init_process_group('gloo' for CPU, 'nccl' for CUDA) on every rank first "
@@ -52,18 +103,33 @@ class DistributedDataParallel(torch.nn.Module):
                 "lmscale.DistributedDataParallel: this rank is not a member of process_group; only the "
                 "group's ranks wrap the model (check the ranks passed to dist.new_group)."
             )
+        _check_pytorch_options(module, device_ids, output_device, dim, init_sync)
         self.module = module
         self.process_group = process_group
-        self.bucket_size_mb = bucket_size_mb
+        self.bucket_size_mb = bucket_mb
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self.find_unused_parameters = bool(find_unused_parameters)
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        self.static_graph = bool(static_graph)
         self.require_backward_grad_sync = True  # False inside no_sync(), as PyTorch's DDP names it
         # module.parameters() lists each parameter once (a tied weight too), in the module's own
         # order; the reducer's bucket_assignment indexes this list.
-        self._reducer = C.Reducer(
-            list(module.parameters()), list(module.buffers()), process_group,
-            None if bucket_size_mb is None else float(bucket_size_mb),
-        )
+        params = list(module.parameters())
+        self._buffers_to_sync = list(module.buffers())
+        self._reducer = C.Reducer(params, self._buffers_to_sync, process_group, bucket_mb)
+        # Whether a backward has handed the reducer gradients since the last finish; set by the first
+        # gradient hook of a backward, which queues the finish for the end of that backward.
+        self._sync_pending = False
+        # The hook holds the wrapper weakly: a model wrapped again later does not call a dead reducer.
+        hook = functools.partial(_on_gradient_accumulated, weakref.ref(self))
+        self._trainable = [p for p in params if p.requires_grad]
+        for p in self._trainable:
+            p.register_post_accumulate_grad_hook(hook)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.broadcast_buffers and self._buffers_to_sync:
+            # As PyTorch's DDP: every rank's forward sees rank 0's buffers (running statistics).
+            dist._broadcast_coalesced(self.process_group, self._buffers_to_sync, _BROADCAST_BUCKET_BYTES, 0)
         if self.require_backward_grad_sync or not torch.is_grad_enabled():
             return self.module(*inputs, **kwargs)
         return self._forward_without_sync(*inputs, **kwargs)
@@ -96,14 +162,88 @@ class DistributedDataParallel(torch.nn.Module):
         return torch.func.functional_call(self.module, stand_ins, inputs, kwargs)
 
     def finish_gradient_synchronization(self) -> None:
-        """Call after every backward, before the optimizer: launches what backward did not (e.g.
-        for parameters unused this step, which count as zero), waits, and returns with averaged .grad."""
+        """Returns once every ``.grad`` holds the average over ranks: launches what backward did not
+        (parameters unused this step count as zero) and waits. Runs by itself at the end of every
+        backward that produced gradients; calling it again, or before any backward, does nothing."""
+        if not self._sync_pending:
+            return
+        self._sync_pending = False
         self._reducer.finish_gradient_synchronization()
+        if not self.gradient_as_bucket_view:
+            with torch.no_grad():
+                for p in self._trainable:
+                    if p.grad is not None:
+                        p.grad = p.grad.clone()
 
     @property
     def bucket_assignment(self) -> list[list[int]]:
         """Indices into list(self.module.parameters()) per bucket, in launch order (trainable only)."""
         return self._reducer.bucket_assignment
+
+
+def _on_gradient_accumulated(ddp_ref: "weakref.ref[DistributedDataParallel]", _param: torch.Tensor) -> None:
+    """A parameter's gradient landed: the first one of a backward queues the finish for the end of
+    that backward (autograd's end-of-backward callback, where PyTorch's Reducer finalises too)."""
+    ddp = ddp_ref()
+    if ddp is None or ddp._sync_pending:
+        return
+    ddp._sync_pending = True
+    torch.autograd.Variable._execution_engine.queue_callback(ddp.finish_gradient_synchronization)
+
+
+def _bucket_cap(bucket_cap_mb: Any, bucket_size_mb: Any) -> Optional[float]:
+    """The bucket cap in MB (None: one all-reduce per parameter) from PyTorch's or lmscale's name."""
+    if bucket_cap_mb is not _DEFAULT and bucket_size_mb is not _DEFAULT:
+        raise TypeError("lmscale.DistributedDataParallel: give bucket_cap_mb (PyTorch's name) or bucket_size_mb "
+                        "(lmscale's), not both; they mean the same.")
+    cap = bucket_size_mb if bucket_cap_mb is _DEFAULT else bucket_cap_mb
+    if cap is _DEFAULT:
+        return DEFAULT_BUCKET_CAP_MB
+    return None if cap is None else float(cap)
+
+
+def _module_device(module: torch.nn.Module) -> torch.device:
+    for t in module.parameters():
+        return t.device
+    for t in module.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def _check_pytorch_options(module: torch.nn.Module, device_ids: Optional[Sequence[Any]], output_device: Any,
+                           dim: int, init_sync: bool) -> None:
+    """PyTorch's placement arguments: honoured where they describe what lmscale does (one device per
+    process, outputs where the module leaves them), refused with the reason otherwise."""
+    device = _module_device(module)
+    if device_ids is not None:
+        ids = list(device_ids)
+        if device.type == "cpu":
+            raise ValueError(f"lmscale.DistributedDataParallel: device_ids={ids} given for a module on the CPU; "
+                             "leave device_ids out (None) for CPU modules, as PyTorch requires.")
+        wanted = [torch.device(device.type, i) if isinstance(i, int) else torch.device(i) for i in ids]
+        if wanted != [device]:
+            raise ValueError(
+                f"lmscale.DistributedDataParallel: device_ids={ids}, but the module is on {device}. lmscale runs "
+                "one device per process (as PyTorch recommends): move the module with .to(device_ids[0]) "
+                "first, or pass device_ids=[its device]."
+            )
+    if output_device is not None:
+        out = torch.device(device.type, output_device) if isinstance(output_device, int) else torch.device(output_device)
+        if out != device:
+            raise ValueError(f"lmscale.DistributedDataParallel: output_device={output_device}, but the module is on "
+                             f"{device}; outputs stay on the module's device. Leave output_device out or move "
+                             "the outputs yourself.")
+    if dim != 0:
+        raise ValueError(f"lmscale.DistributedDataParallel: dim={dim}: only 0 is supported (dim picks how PyTorch's "
+                         "removed single-process multi-device mode splits inputs; one device per process "
+                         "never splits them).")
+    if not init_sync:
+        raise ValueError("lmscale.DistributedDataParallel: init_sync=False is not supported: construction always "
+                         "checks that every rank holds the same model and copies rank 0's weights. Leave it True.")
+
+
+# Bytes per coalesced buffer broadcast before a forward (PyTorch's DDP uses 250 MB too).
+_BROADCAST_BUCKET_BYTES = 250 * 2**20
 
 
 @torch.no_grad()

@@ -32,9 +32,26 @@ def _hyperparameters(group):
     return {key: value for key, value in group.items() if key not in ("params", "param_names")}
 
 
+def _optimizer_class(positional: Optional[type], keyword: Optional[type]) -> type:
+    """The wrapped optimizer class, given by position or as ZeroRedundancyOptimizer's optimizer_class=."""
+    if positional is not None and keyword is not None:
+        raise TypeError("lmscale.ShardedOptimizer: the optimizer class was given twice (by position and as "
+                        "optimizer_class=); give it once.")
+    cls = positional if positional is not None else keyword
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise TypeError("lmscale.ShardedOptimizer needs a torch.optim.Optimizer class: "
+                        "ShardedOptimizer(params, torch.optim.AdamW, lr=...) or optimizer_class=torch.optim.AdamW; "
+                        f"got {cls!r}.")
+    return cls
+
+
 class ShardedOptimizer(torch.optim.Optimizer):
     """``ShardedOptimizer(params, optimizer_cls, **kwargs)``: a ``torch.optim.Optimizer`` whose rank
-    builds ``optimizer_cls(<its shard>, **kwargs)``.
+    builds ``optimizer_cls(<its shard>, **kwargs)``. ZeroRedundancyOptimizer's spelling works too:
+    ``ShardedOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=None, lr=...)``, with
+    its ``optim``, ``consolidate_state_dict(to)`` then ``state_dict()`` on rank ``to``,
+    ``load_state_dict``, ``add_param_group``, ``zero_grad`` and ``step``; its
+    ``parameters_as_bucket_view`` and ``overlap_with_ddp`` are accepted as False only (refused with why).
 
     - ``params``: tensors or param-group dicts, as for any optimizer; ``add_param_group`` works after
       construction (every rank must make the same calls, in the same order; no communication).
@@ -44,7 +61,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
       then every rank receives every updated parameter. Collective: every rank calls it.
     - Hyperparameters live in ``self.param_groups`` (complete, with the optimizer's defaults), so LR
       schedulers work; they are copied into the rank's local optimizer at each step.
-    - ``process_group`` (keyword only; default: torch.distributed's default group) picks the ranks.
+    - ``process_group`` (default: torch.distributed's default group) picks the ranks.
     - Checkpoints: ``state_dict()`` returns this rank's shard (no communication): torch.optim's format
       with parameters numbered across all groups, ``state`` holding only the owned ones.
       ``consolidate_state_dict(to=0)`` (collective) returns the complete dict on rank ``to`` and None
@@ -54,8 +71,21 @@ class ShardedOptimizer(torch.optim.Optimizer):
       passed to step() is called once, before the update.
     """
 
-    def __init__(self, params: Iterable[Any], optimizer_cls: type[torch.optim.Optimizer], *,
-                 process_group: Optional[dist.ProcessGroup] = None, **kwargs: Any) -> None:
+    def __init__(self, params: Iterable[Any], optimizer_cls: Optional[type[torch.optim.Optimizer]] = None,
+                 process_group: Optional[dist.ProcessGroup] = None, parameters_as_bucket_view: bool = False,
+                 overlap_with_ddp: bool = False, *, optimizer_class: Optional[type[torch.optim.Optimizer]] = None,
+                 **kwargs: Any) -> None:
+        optimizer_cls = _optimizer_class(optimizer_cls, optimizer_class)
+        if parameters_as_bucket_view:
+            raise ValueError(
+                "lmscale.ShardedOptimizer: parameters_as_bucket_view=True is not supported: parameters stay "
+                "the module's own tensors (each rank updates whole parameters, see the class doc). Leave it False."
+            )
+        if overlap_with_ddp:
+            raise ValueError(
+                "lmscale.ShardedOptimizer: overlap_with_ddp=True is not supported (it needs PyTorch DDP's "
+                "communication hooks). Leave it False: step() after backward gives the same parameters."
+            )
         self._C = _require_distributed(
             "ShardedOptimizer", "torch.distributed.init_process_group(...) on every rank before building it."
         )
@@ -82,6 +112,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)  # calls self.add_param_group once per group
         self._local = optimizer_cls(self._initial_groups, **kwargs)
         del self._initial_groups
+        self._consolidated = None  # consolidate_state_dict's result on rank `to`, until the next step()
+
+    @property
+    def optim(self) -> torch.optim.Optimizer:
+        """ZeroRedundancyOptimizer's name for local_optimizer."""
+        return self._local
 
     @property
     def local_optimizer(self) -> torch.optim.Optimizer:
@@ -113,6 +149,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for group, local in zip(self.param_groups, self._local.param_groups):
             local.update(_hyperparameters(group))
         self._local.step()
+        self._consolidated = None  # a consolidated checkpoint describes the state before this step
         # Every broadcast is queued before any wait, so NCCL runs them back to back.
         works = [
             dist.broadcast(p.detach(), group=self._group, group_src=owner, async_op=True)
@@ -146,9 +183,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return groups
 
     def state_dict(self) -> dict[str, Any]:
-        """This rank's shard: ``{"state": {index: state of an owned parameter}, "param_groups": [...],
+        """After ``consolidate_state_dict(to)``, on rank ``to`` (until the next ``step()``): the complete
+        dict, as ZeroRedundancyOptimizer's state_dict() returns it. Otherwise this rank's shard: ``{"state": {index: state of an owned parameter}, "param_groups": [...],
         "shard": {"rank", "world_size", "owned"}}``, indices numbering every parameter of every group.
         No communication; save one file per rank, or use consolidate_state_dict for one file."""
+        if self._consolidated is not None:
+            return self._consolidated
         local = self._local.state_dict()
         to_global = self._local_to_global()
         return {
@@ -161,7 +201,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Collective (every rank calls it): gathers every rank's shard to rank ``to`` (a rank of the
         optimizer's group) and returns there one complete state dict, tensors on the CPU, that
         ``load_state_dict`` accepts on any number of ranks (or a plain ``optimizer_cls`` accepts as
-        is, once the ``"shard"`` key is dropped). Returns None on the other ranks."""
+        is, once the ``"shard"`` key is dropped). Returns None on the other ranks. As with
+        ZeroRedundancyOptimizer, ``state_dict()`` on rank ``to`` then returns that dict too, until the
+        next ``step()`` (``opt.consolidate_state_dict(0); if rank == 0: torch.save(opt.state_dict(), f)``)."""
+        self._consolidated = None
         shard = tree_map_only(torch.Tensor, lambda t: t.detach().cpu(), self.state_dict())
         gathered = [None] * len(self._load) if self._rank == to else None
         dist.gather_object(shard, gathered, group=self._group, group_dst=to)
@@ -170,7 +213,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         state = {}
         for piece in gathered:
             state.update(piece["state"])
-        return {"state": dict(sorted(state.items())), "param_groups": shard["param_groups"], "shard": None}
+        self._consolidated = {"state": dict(sorted(state.items())), "param_groups": shard["param_groups"],
+                              "shard": None}
+        return self._consolidated
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores a checkpoint: this rank's own shard (from state_dict()) or a complete dict (from

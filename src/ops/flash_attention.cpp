@@ -4,6 +4,7 @@
 #include "ops/flash_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -324,6 +325,26 @@ at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, con
   return std::get<0>(flash_attention_forward(q, k, v, is_causal));
 }
 
+// The autocast rule, SDPA's: under torch.autocast(device), float inputs (not fp64) are cast to the
+// autocast dtype, then the op runs below the autocast key. Registered for the forward ops only:
+// backward runs outside autocast and takes the forward's dtypes.
+template <c10::DeviceType Device>
+std::tuple<at::Tensor, at::Tensor> flash_attention_forward_autocast(const at::Tensor& q, const at::Tensor& k,
+                                                                    const at::Tensor& v, bool is_causal) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
+  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(Device);
+  return dispatch_forward(at::autocast::cached_cast(dtype, q, Device), at::autocast::cached_cast(dtype, k, Device),
+                          at::autocast::cached_cast(dtype, v, Device), is_causal);
+}
+
+template <c10::DeviceType Device>
+at::Tensor flash_attention_autocast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
+  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(Device);
+  return flash_attention(at::autocast::cached_cast(dtype, q, Device), at::autocast::cached_cast(dtype, k, Device),
+                         at::autocast::cached_cast(dtype, v, Device), is_causal);
+}
+
 // What `python -m lmscale` prints: the kernels this library holds.
 std::string flash_build_info() {
 #ifdef LMSCALE_HAS_KERNELS
@@ -364,3 +385,13 @@ TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
 // where Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is
 // what lmscale.flash_attention calls.
 TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }
+
+TORCH_LIBRARY_IMPL(lmscale, AutocastCPU, m) {
+  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward_autocast<c10::DeviceType::CPU>);
+  m.impl("flash_attention", &lmscale::ops::flash_attention_autocast<c10::DeviceType::CPU>);
+}
+
+TORCH_LIBRARY_IMPL(lmscale, Autocast, m) {  // Autocast is CUDA's autocast key
+  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward_autocast<c10::DeviceType::CUDA>);
+  m.impl("flash_attention", &lmscale::ops::flash_attention_autocast<c10::DeviceType::CUDA>);
+}

@@ -12,9 +12,8 @@
 #endif
 
 namespace lmscale::ops {
-namespace {
 
-void check_shapes(const at::Tensor& logits, const at::Tensor& targets) {
+void check_cross_entropy_shapes(const at::Tensor& logits, const at::Tensor& targets) {
   TORCH_CHECK(logits.dim() >= 1 && targets.dim() == logits.dim() - 1 &&
                   targets.sizes() == logits.sizes().slice(0, logits.dim() - 1),
               "cross_entropy: logits ", logits.sizes(), " need targets of shape (…) = the logits' shape without "
@@ -22,6 +21,8 @@ void check_shapes(const at::Tensor& logits, const at::Tensor& targets) {
   TORCH_CHECK(targets.scalar_type() == at::kLong, "cross_entropy: targets must be int64, got ", targets.scalar_type());
   TORCH_CHECK(logits.numel() > 0, "cross_entropy: no positions or an empty vocabulary (logits ", logits.sizes(), ")");
 }
+
+namespace {
 
 #ifdef LMSCALE_HAS_KERNELS
 kernels::CrossEntropyParams params_for(const at::Tensor& logits2d, const at::Tensor& targets) {
@@ -83,7 +84,7 @@ bool cross_entropy_mean_uses_kernel(const at::Tensor& logits, const at::Tensor& 
 }
 
 at::Tensor cross_entropy_mean(const at::Tensor& logits, const at::Tensor& targets) {
-  check_shapes(logits, targets);
+  check_cross_entropy_shapes(logits, targets);
 #ifdef LMSCALE_HAS_KERNELS
   if (cross_entropy_mean_uses_kernel(logits, targets)) return CrossEntropyKernel::apply(logits, targets);
 #endif
@@ -91,7 +92,7 @@ at::Tensor cross_entropy_mean(const at::Tensor& logits, const at::Tensor& target
 }
 
 at::Tensor cross_entropy_mean_reference(const at::Tensor& logits, const at::Tensor& targets) {
-  check_shapes(logits, targets);
+  check_cross_entropy_shapes(logits, targets);
   auto flat = logits.reshape({-1, logits.size(-1)});
   if (flat.element_size() < 4) flat = flat.to(at::kFloat);
   return at::nll_loss(at::log_softmax(flat, -1), targets.reshape({-1}));

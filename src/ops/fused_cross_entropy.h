@@ -6,6 +6,10 @@
 
 namespace lmscale::ops {
 
+// Throws, naming the problem, unless logits (…, V) are non-empty and targets (…) int64 of the logits'
+// shape without V. Shared with the torch.ops.lmscale.cross_entropy_* ops (fused_library.cpp).
+void check_cross_entropy_shapes(const at::Tensor& logits, const at::Tensor& targets);
+
 // Whether cross_entropy_mean runs the CUDA kernels (CUDA bf16/fp32 logits, int64 targets on the same
 // device, kernels built); otherwise it runs cross_entropy_mean_reference.
 bool cross_entropy_mean_uses_kernel(const at::Tensor& logits, const at::Tensor& targets);

@@ -14,9 +14,8 @@
 #endif
 
 namespace lmscale::ops {
-namespace {
 
-void check_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t heads) {
+void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t heads) {
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "rope_qkv: qkv must be (B, T, 3C), got ", qkv.sizes());
   const int64_t C = qkv.size(2) / 3;
   TORCH_CHECK(heads > 0 && C % heads == 0 && (C / heads) % 2 == 0, "rope_qkv: C = ", C, " must split into ", heads,
@@ -26,6 +25,8 @@ void check_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t hea
               "rope_qkv: rotation table ", rotation.sizes(), " does not cover T = ", qkv.size(1), ", D = ",
               C / heads, " (need (>=T, D/2, 2))");
 }
+
+namespace {
 
 #ifdef LMSCALE_HAS_KERNELS
 kernels::RopeQkvParams params_for(const at::Tensor& qkv_like, const at::Tensor& rotation, int64_t heads) {
@@ -99,7 +100,7 @@ bool rope_qkv_uses_kernel(const at::Tensor& qkv) {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, const at::Tensor& rotation,
                                                         int64_t heads) {
-  check_shapes(qkv, rotation, heads);
+  check_rope_qkv_shapes(qkv, rotation, heads);
 #ifdef LMSCALE_HAS_KERNELS
   if (rope_qkv_uses_kernel(qkv) && rotation.is_cuda() && rotation.scalar_type() == at::kFloat &&
       rotation.is_contiguous() && rotation.device() == qkv.device()) {
@@ -112,7 +113,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, c
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv_reference(const at::Tensor& qkv, const at::Tensor& rotation,
                                                                   int64_t heads) {
-  check_shapes(qkv, rotation, heads);
+  check_rope_qkv_shapes(qkv, rotation, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   auto parts = qkv.reshape({B, T, 3, heads, D}).transpose(1, 3);  // (B, H, 3, T, D)
   const auto dt = at::promote_types(qkv.scalar_type(), at::kFloat);

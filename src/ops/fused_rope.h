@@ -8,6 +8,10 @@
 
 namespace lmscale::ops {
 
+// Throws, naming the problem, unless qkv is (B, T, 3C) with C = heads × an even D and rotation covers
+// (≥T, D/2, 2). Shared with the torch.ops.lmscale.rope_qkv_* ops (fused_library.cpp).
+void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t heads);
+
 // Whether rope_qkv runs the CUDA kernel for this input (CUDA, bf16 or fp32, last dim contiguous,
 // kernels built); otherwise it runs rope_qkv_reference.
 bool rope_qkv_uses_kernel(const at::Tensor& qkv);

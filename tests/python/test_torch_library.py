@@ -151,9 +151,10 @@ def run_python(code, **env):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_import_loads_no_library():
+def test_import_without_a_build():
     """`import lmscale` (which pure-Python subpackages such as lmscale.plots trigger) must work with
-    no build at all; the first op use then fails with a message naming the fix."""
+    no build at all (with one, it registers the ops at import: test_attention_sdpa.py); the first op
+    use then fails with a message naming the fix."""
     code = (
         "import lmscale\n"
         "maps = open('/proc/self/maps').read()\n"

@@ -1,0 +1,176 @@
+"""What Python adds to the fused-layer ops of liblmscale (src/ops/fused_library.cpp, which defines their
+schemas and CPU/CUDA impls): a fake kernel for each, so torch.compile and torch.export trace them,
+and the autograd formula of each forward op through its backward op. A backward op's own backward
+refuses (no double backward). lmscale.nn.functional calls the forward ops."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .. import _library
+
+_library.load()
+
+ops = torch.ops.lmscale
+
+
+def _math_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def refuse_double_backward(name: str):
+    def backward(ctx: Any, *grads: Any):
+        raise RuntimeError(f"lmscale.nn: double backward through {name} is not implemented (a gradient of its "
+                           "gradient, e.g. create_graph=True then another backward); use the PyTorch layer it "
+                           "replaces for that part of the model.")
+    return backward
+
+
+def _no_context(ctx: Any, inputs: tuple, output: Any) -> None:
+    pass
+
+
+for _name in ("rms_norm", "swiglu", "rope_qkv", "cross_entropy"):
+    torch.library.register_autograd(f"lmscale::{_name}_backward", refuse_double_backward(_name),
+                                    setup_context=_no_context)
+
+# ------------------------------------------------------------------ RMSNorm (+ residual)
+
+
+@torch.library.register_fake("lmscale::rms_norm_forward")
+def _rms_norm_forward_fake(x, residual, weight, eps, out_dtype=None):
+    torch._check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
+                 lambda: f"rms_norm: weight {tuple(weight.shape)} must be (C) with C the last dim of x {tuple(x.shape)}")
+    if residual is not None:
+        torch._check(residual.shape == x.shape, lambda: f"rms_norm: residual {residual.shape} and x {x.shape} differ")
+    h = x.new_empty(x.shape) if residual is not None else x.new_empty((0,))
+    y = x.new_empty(x.shape, dtype=out_dtype or x.dtype)
+    return h, y, x.new_empty(x.shape[:-1], dtype=_math_dtype(x.dtype))
+
+
+@torch.library.register_fake("lmscale::rms_norm_backward")
+def _rms_norm_backward_fake(dy, dh, h, weight, rstd):
+    return h.new_empty(h.shape), weight.new_empty(weight.shape)
+
+
+def _rms_norm_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, residual, weight, _eps, _out_dtype = inputs
+    h, y, rstd = output
+    ctx.has_residual = residual is not None
+    ctx.residual_dtype = residual.dtype if residual is not None else None
+    ctx.y_dtype = y.dtype
+    ctx.save_for_backward(h if ctx.has_residual else x, weight, rstd)
+    ctx.mark_non_differentiable(rstd)
+
+
+def _rms_norm_backward(ctx: Any, dh: Optional[torch.Tensor], dy: Optional[torch.Tensor], _drstd: Any):
+    h, weight, rstd = ctx.saved_tensors
+    if not ctx.has_residual:
+        dh = None  # the empty placeholder output
+    if dy is None and dh is None:
+        return None, None, None, None, None
+    if dy is None:  # y unused downstream: its gradient is zero
+        dy = torch.zeros(h.shape, dtype=ctx.y_dtype, device=h.device)
+    dx, dweight = ops.rms_norm_backward(dy, dh, h, weight, rstd)
+    dres = None
+    if ctx.has_residual:
+        dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
+    return dx, dres, dweight, None, None
+
+
+torch.library.register_autograd("lmscale::rms_norm_forward", _rms_norm_backward, setup_context=_rms_norm_setup)
+
+# ------------------------------------------------------------------ SwiGLU gate
+
+
+@torch.library.register_fake("lmscale::swiglu_forward")
+def _swiglu_forward_fake(a, b):
+    torch._check(a.shape == b.shape and a.dtype == b.dtype,
+                 lambda: f"swiglu: a {a.shape} {a.dtype} and b {b.shape} {b.dtype} must have one shape and dtype")
+    return a.new_empty(a.shape)
+
+
+@torch.library.register_fake("lmscale::swiglu_backward")
+def _swiglu_backward_fake(dout, a, b):
+    return a.new_empty(a.shape), a.new_empty(a.shape)
+
+
+def _swiglu_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _swiglu_backward(ctx: Any, dout: torch.Tensor):
+    a, b = ctx.saved_tensors
+    return ops.swiglu_backward(dout.to(a.dtype), a, b)
+
+
+torch.library.register_autograd("lmscale::swiglu_forward", _swiglu_backward, setup_context=_swiglu_setup)
+
+# ------------------------------------------------------------------ QKV split + RoPE
+
+
+@torch.library.register_fake("lmscale::rope_qkv_forward")
+def _rope_forward_fake(qkv, rotation, heads):
+    torch._check(qkv.dim() == 3, lambda: f"rope_qkv: qkv must be (B, T, 3C), got {tuple(qkv.shape)}")
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    shape = (B, heads, T, C // heads)
+    return qkv.new_empty(shape), qkv.new_empty(shape), qkv.new_empty(shape)
+
+
+@torch.library.register_fake("lmscale::rope_qkv_backward")
+def _rope_backward_fake(dq, dk, dv, rotation, heads):
+    B, H, T, D = dq.shape
+    return dq.new_empty((B, T, 3 * H * D))
+
+
+def _rope_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    _qkv, rotation, heads = inputs
+    ctx.save_for_backward(rotation)
+    ctx.heads = heads
+
+
+def _rope_backward(ctx: Any, dq, dk, dv):
+    (rotation,) = ctx.saved_tensors
+    given = next(g for g in (dq, dk, dv) if g is not None)
+    dq, dk, dv = (torch.zeros_like(given) if g is None else g for g in (dq, dk, dv))
+    return ops.rope_qkv_backward(dq, dk, dv, rotation, ctx.heads), None, None
+
+
+torch.library.register_autograd("lmscale::rope_qkv_forward", _rope_backward, setup_context=_rope_setup)
+
+# ------------------------------------------------------------------ cross-entropy
+
+
+@torch.library.register_fake("lmscale::cross_entropy_forward")
+def _cross_entropy_forward_fake(logits, targets):
+    torch._check(targets.shape == logits.shape[:-1],
+                 lambda: f"cross_entropy: targets {tuple(targets.shape)} must be logits' shape {tuple(logits.shape)} "
+                         "without its last (vocabulary) dim")
+    rows = logits.numel() // logits.shape[-1]
+    dtype = _math_dtype(logits.dtype)
+    return logits.new_empty((), dtype=dtype), logits.new_empty((2, rows), dtype=dtype)
+
+
+@torch.library.register_fake("lmscale::cross_entropy_backward")
+def _cross_entropy_backward_fake(grad_loss, logits, targets, stats):
+    return logits.new_empty(logits.shape)
+
+
+def _cross_entropy_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    logits, targets = inputs
+    _loss, stats = output
+    ctx.save_for_backward(logits, targets, stats)
+    ctx.mark_non_differentiable(stats)
+
+
+def _cross_entropy_backward(ctx: Any, grad_loss: Optional[torch.Tensor], _dstats: Any):
+    logits, targets, stats = ctx.saved_tensors
+    if grad_loss is None:
+        return None, None
+    return ops.cross_entropy_backward(grad_loss, logits, targets, stats), None
+
+
+torch.library.register_autograd("lmscale::cross_entropy_forward", _cross_entropy_backward,
+                                setup_context=_cross_entropy_setup)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The Python package on a GPU machine as a user installs it, then the drop-in benchmark: builds the
+# wheel (`pip wheel ./python`, timed, into /tmp/lmscale-wheel-build, kept while the machine stays
+# warm so a second call only installs), installs it into an empty folder, runs the GPU tests of the
+# lmscale.nn ops and SDPA's contract against that install from outside the checkout, then
+# `python -m lmscale.drop_in_bench` (docs/python.md, "The drop-in benchmark"). Liger-Kernel comes as a carried wheel.
+#
+#   scripts/gpu/drop_in.sh OUT [tests] [bench SIZE...]     (default: tests bench small)
+#
+# Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>.
+set -uo pipefail
+source "$(dirname "$0")/script_init.sh" "$@"
+shift
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 LMSCALE_REQUIRE_GPU=1
+PY=${LMSCALE_PYTHON:-python3}
+SITE=/tmp/lmscale-site
+stages=("$@")
+((${#stages[@]})) || stages=(tests bench small)
+
+if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/lmscale-deps \
+    "$ROOT"/.whl/*.whl || exit 1
+fi
+start=$(date +%s)
+rm -rf /tmp/lmscale-dist "$SITE"
+LMSCALE_BUILD_DIR=/tmp/lmscale-wheel-build LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
+  "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
+  { tail -40 "$OUT/wheel_build.log"; exit 1; }
+echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
+"$PY" -m pip install -q --no-deps --no-index --target "$SITE" /tmp/lmscale-dist/*.whl || exit 1
+export PYTHONPATH=$SITE:/tmp/lmscale-deps
+cd /tmp || exit 1  # from outside the checkout: the installed package, nothing of the source tree
+
+while ((${#stages[@]})); do
+  case ${stages[0]} in
+    tests)
+      "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_nn.py" "$ROOT/tests/python/test_attention_sdpa.py" \
+        >"$OUT/gpu_tests.log" 2>&1
+      tail -3 "$OUT/gpu_tests.log"
+      stages=("${stages[@]:1}") ;;
+    bench)
+      sizes=(); stages=("${stages[@]:1}")
+      while ((${#stages[@]})) && [[ ${stages[0]} != tests ]]; do sizes+=("${stages[0]}"); stages=("${stages[@]:1}"); done
+      (cd "$OUT" && "$PY" -m lmscale.drop_in_bench --sizes "${sizes[@]}" --out drop_in.jsonl) 2>&1 | tee -a "$OUT/bench.log" ;;
+    *) echo "drop_in.sh: unknown stage ${stages[0]} (tests, bench SIZE...)" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,452 @@
+// The fused layers (RMSNorm + residual, SwiGLU, QKV-split + RoPE, cross-entropy) as torch.ops.lmscale.*
+// forward/backward op pairs, for PyTorch models (python/lmscale/nn): schemas, a CPU reference of each
+// direction in ATen (fp32 math, fp64 kept), and CUDA impls that run src/kernels/ where they apply and
+// the reference elsewhere. Autograd and fake kernels are registered by the Python package, as for
+// flash_attention; the C++ model keeps calling the autograd Functions of fused_*.cpp directly.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+#include "ops/fused_cross_entropy.h"
+#include "ops/fused_rope.h"
+
+#ifdef LMSCALE_HAS_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/fused_cross_entropy_params.h"
+#include "kernels/fused_rmsnorm_params.h"
+#include "kernels/fused_rope_params.h"
+#include "kernels/fused_swiglu_params.h"
+#endif
+
+namespace lmscale::ops {
+namespace {
+
+using at::Tensor;
+
+// The math dtype of the references: fp32, or fp64 for fp64 inputs (the tests' oracle).
+at::ScalarType math_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+bool kernel_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kFloat; }
+
+#ifdef LMSCALE_HAS_KERNELS
+kernels::FusedDtype fused_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? kernels::FusedDtype::kBF16 : kernels::FusedDtype::kFP32;
+}
+void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+#endif
+
+// ------------------------------------------------------------------ RMSNorm (+ residual)
+// forward: h = x + residual (an empty tensor without residual: h is x, which the caller keeps),
+// rstd = 1/sqrt(mean(h²) + eps) per row (fp32, fp64 for fp64), y = h · rstd · weight in y_dtype.
+
+void check_rms_norm(const Tensor& x, const std::optional<Tensor>& residual, const Tensor& weight) {
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1), "rms_norm: weight ", weight.sizes(),
+              " must be (C) with C the last dim of x ", x.sizes());
+  TORCH_CHECK(!residual || residual->sizes() == x.sizes(), "rms_norm: residual ", residual->sizes(), " and x ",
+              x.sizes(), " must have one shape");
+  TORCH_CHECK(!residual || at::promote_types(x.scalar_type(), residual->scalar_type()) == x.scalar_type(),
+              "rms_norm: x (", x.scalar_type(), ") must be the wider of x and residual (", residual->scalar_type(),
+              "): h = x + residual keeps x's dtype. Swap the two arguments.");
+}
+
+bool rms_norm_kernel_applies(const Tensor& x, const std::optional<Tensor>& residual, const Tensor& weight,
+                             at::ScalarType y_dtype) {
+#ifdef LMSCALE_HAS_KERNELS
+  return x.is_cuda() && kernel_dtype(x.scalar_type()) && kernel_dtype(y_dtype) && x.numel() > 0 &&
+         x.size(-1) <= kernels::kAddRmsNormMaxCols && weight.device() == x.device() &&
+         weight.scalar_type() == at::kFloat && (!residual || kernel_dtype(residual->scalar_type()));
+#else
+  (void)x, (void)residual, (void)weight, (void)y_dtype;
+  return false;
+#endif
+}
+
+std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const std::optional<Tensor>& residual_in,
+                                                    const Tensor& weight_in, double eps,
+                                                    std::optional<at::ScalarType> out_dtype) {
+  check_rms_norm(x_in, residual_in, weight_in);
+  const auto y_dtype = out_dtype.value_or(x_in.scalar_type());
+  const auto lead = x_in.sizes().slice(0, x_in.dim() - 1);
+  if (!rms_norm_kernel_applies(x_in, residual_in, weight_in, y_dtype)) {
+    const auto mt = math_dtype(x_in.scalar_type());
+    Tensor h = residual_in ? x_in + *residual_in : x_in;
+    auto hm = h.to(mt);
+    auto rstd = at::rsqrt(hm.pow(2).mean(-1) + eps);
+    auto y = (hm * rstd.unsqueeze(-1) * weight_in.to(mt)).to(y_dtype);
+    return {residual_in ? h.contiguous() : at::empty({0}, x_in.options()), y.contiguous(), rstd.contiguous()};
+  }
+#ifdef LMSCALE_HAS_KERNELS
+  c10::cuda::CUDAGuard guard(x_in.device());
+  auto x = x_in.contiguous();
+  auto weight = weight_in.contiguous();
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  kernels::AddRmsNormFwdParams p;
+  p.x = x.data_ptr();
+  p.gain = weight.data_ptr<float>();
+  p.rows = rows;
+  p.cols = static_cast<int>(C);
+  p.eps = static_cast<float>(eps);
+  p.x_dtype = fused_dtype(x.scalar_type());
+  Tensor h = at::empty({0}, x.options()), residual;
+  if (residual_in) {
+    residual = residual_in->contiguous();
+    h = at::empty_like(x);
+    p.residual = residual.data_ptr();
+    p.residual_dtype = fused_dtype(residual.scalar_type());
+    p.h_out = h.data_ptr();
+  }
+  auto y = at::empty(x.sizes(), x.options().dtype(y_dtype));
+  auto rstd = at::empty(lead, x.options().dtype(at::kFloat));
+  p.y_out = y.data_ptr();
+  p.y_dtype = fused_dtype(y_dtype);
+  p.rstd_out = rstd.data_ptr<float>();
+  kernels::run_add_rmsnorm_fwd(p, stream());
+  return {h, y, rstd};
+#else
+  TORCH_CHECK(false, "unreachable");
+#endif
+}
+
+// backward: dh = rstd·(w ⊙ dy) − h·rstd³·Σ(w ⊙ dy ⊙ h)/C (+ dh_in, h's gradient from its other reader);
+// dx = dh (the residual's gradient too), dweight = Σ_rows dy ⊙ h·rstd.
+std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::optional<Tensor>& dh_in,
+                                             const Tensor& h_in, const Tensor& weight_in, const Tensor& rstd) {
+  TORCH_CHECK(dy_in.sizes() == h_in.sizes() && (!dh_in || dh_in->sizes() == h_in.sizes()),
+              "rms_norm_backward: dy ", dy_in.sizes(), " and dh must have h's shape ", h_in.sizes());
+#ifdef LMSCALE_HAS_KERNELS
+  const bool kernel = rms_norm_kernel_applies(h_in, std::nullopt, weight_in, dy_in.scalar_type()) &&
+                      rstd.scalar_type() == at::kFloat && (!dh_in || dh_in->scalar_type() == h_in.scalar_type());
+  if (kernel) {
+    c10::cuda::CUDAGuard guard(h_in.device());
+    auto h = h_in.contiguous(), dy = dy_in.contiguous(), weight = weight_in.contiguous(), rs = rstd.contiguous();
+    Tensor dh = dh_in ? dh_in->contiguous() : Tensor();
+    const int64_t C = h.size(-1), rows = h.numel() / C;
+    auto dx = at::empty_like(h);
+    auto partial = at::empty({kernels::add_rmsnorm_bwd_partial_rows(rows), C}, h.options().dtype(at::kFloat));
+    auto dweight = at::empty({C}, h.options().dtype(at::kFloat));
+    kernels::AddRmsNormBwdParams p;
+    p.h = h.data_ptr();
+    p.dy = dy.data_ptr();
+    p.dh_in = dh.defined() ? dh.data_ptr() : nullptr;
+    p.gain = weight.data_ptr<float>();
+    p.rstd = rs.data_ptr<float>();
+    p.dx_out = dx.data_ptr();
+    p.dgain_partial = partial.data_ptr<float>();
+    p.dgain_out = dweight.data_ptr<float>();
+    p.rows = rows;
+    p.cols = static_cast<int>(C);
+    p.h_dtype = p.residual_dtype = fused_dtype(h.scalar_type());
+    p.y_dtype = fused_dtype(dy.scalar_type());
+    kernels::run_add_rmsnorm_bwd(p, stream());
+    return {dx, dweight};
+  }
+#endif
+  const auto mt = math_dtype(h_in.scalar_type());
+  auto h = h_in.to(mt), dy = dy_in.to(mt), r = rstd.to(mt).unsqueeze(-1);
+  auto u = dy * weight_in.to(mt);
+  auto dh = r * u - h * r.pow(3) * (u * h).mean(-1, /*keepdim=*/true);
+  if (dh_in) dh = dh + dh_in->to(mt);
+  auto dweight = (dy * h * r).reshape({-1, h.size(-1)}).sum(0);
+  return {dh.to(h_in.scalar_type()).contiguous(), dweight.to(weight_in.scalar_type())};
+}
+
+// ------------------------------------------------------------------ SwiGLU gate: silu(a) · b
+
+void check_swiglu(const Tensor& a, const Tensor& b) {
+  TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device(),
+              "swiglu: a ", a.sizes(), " ", a.scalar_type(), " and b ", b.sizes(), " ", b.scalar_type(),
+              " must have one shape, dtype and device");
+}
+
+bool swiglu_kernel_applies(const Tensor& a) {
+#ifdef LMSCALE_HAS_KERNELS
+  return a.is_cuda() && kernel_dtype(a.scalar_type()) && a.dim() >= 1 && a.numel() > 0;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+Tensor swiglu_forward(const Tensor& a_in, const Tensor& b_in) {
+  check_swiglu(a_in, b_in);
+  if (!swiglu_kernel_applies(a_in)) {
+    const auto mt = math_dtype(a_in.scalar_type());
+    return (at::silu(a_in.to(mt)) * b_in.to(mt)).to(a_in.scalar_type()).contiguous();
+  }
+#ifdef LMSCALE_HAS_KERNELS
+  c10::cuda::CUDAGuard guard(a_in.device());
+  auto a = a_in.contiguous(), b = b_in.contiguous();
+  auto out = at::empty_like(a);
+  kernels::SwiGluParams p;
+  p.a = a.data_ptr();
+  p.b = b.data_ptr();
+  p.cols = a.size(-1);
+  p.rows = a.numel() / p.cols;
+  p.a_stride = p.b_stride = p.cols;
+  p.out = out.data_ptr();
+  p.dtype = fused_dtype(a.scalar_type());
+  kernels::run_swiglu_fwd(p, stream());
+  return out;
+#else
+  TORCH_CHECK(false, "unreachable");
+#endif
+}
+
+// da = dout · b · σ(a) · (1 + a · (1 − σ(a))),  db = dout · silu(a)
+std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& dout_in, const Tensor& a_in, const Tensor& b_in) {
+  check_swiglu(a_in, b_in);
+  TORCH_CHECK(dout_in.sizes() == a_in.sizes(), "swiglu_backward: dout ", dout_in.sizes(), " must have a's shape ",
+              a_in.sizes());
+  if (swiglu_kernel_applies(a_in) && dout_in.scalar_type() == a_in.scalar_type()) {
+#ifdef LMSCALE_HAS_KERNELS
+    c10::cuda::CUDAGuard guard(a_in.device());
+    auto a = a_in.contiguous(), b = b_in.contiguous(), dout = dout_in.contiguous();
+    auto da = at::empty_like(a), db = at::empty_like(a);
+    kernels::SwiGluParams p;
+    p.a = a.data_ptr();
+    p.b = b.data_ptr();
+    p.cols = a.size(-1);
+    p.rows = a.numel() / p.cols;
+    p.a_stride = p.b_stride = p.da_stride = p.db_stride = p.cols;
+    p.dout = dout.data_ptr();
+    p.da = da.data_ptr();
+    p.db = db.data_ptr();
+    p.dtype = fused_dtype(a.scalar_type());
+    kernels::run_swiglu_bwd(p, stream());
+    return {da, db};
+#endif
+  }
+  const auto mt = math_dtype(a_in.scalar_type());
+  auto a = a_in.to(mt), b = b_in.to(mt), dout = dout_in.to(mt);
+  auto sig = at::sigmoid(a);
+  auto da = dout * b * sig * (1 + a * (1 - sig));
+  auto db = dout * a * sig;
+  return {da.to(a_in.scalar_type()).contiguous(), db.to(a_in.scalar_type()).contiguous()};
+}
+
+// ------------------------------------------------------------------ QKV split + RoPE
+// qkv (B, T, 3C) = [q | k | v] → q, k rotated (pairs (2i, 2i+1) by the (cos, sin) of rotation
+// (≥T, D/2, 2) fp32), v as is, each (B, H, T, D) contiguous.
+
+bool rope_kernel_applies(const Tensor& t, const Tensor& rotation) {
+#ifdef LMSCALE_HAS_KERNELS
+  return t.is_cuda() && kernel_dtype(t.scalar_type()) && t.numel() > 0 && rotation.device() == t.device() &&
+         rotation.scalar_type() == at::kFloat;
+#else
+  (void)t, (void)rotation;
+  return false;
+#endif
+}
+
+// (cos, sin) of the first T positions in the math dtype, each (T, D/2).
+std::pair<Tensor, Tensor> rope_table(const Tensor& rotation, int64_t T, at::ScalarType mt) {
+  auto table = rotation.slice(0, 0, T).to(mt);
+  return {table.select(-1, 0), table.select(-1, 1)};
+}
+
+#ifdef LMSCALE_HAS_KERNELS
+kernels::RopeQkvParams rope_params(int64_t B, int64_t T, int64_t heads, int64_t D, const Tensor& rotation,
+                                   at::ScalarType dtype) {
+  kernels::RopeQkvParams p;
+  p.batch = static_cast<int>(B);
+  p.seqlen = static_cast<int>(T);
+  p.heads = static_cast<int>(heads);
+  p.head_dim = static_cast<int>(D);
+  p.rotation = rotation.data_ptr<float>();
+  p.dtype = dtype == at::kBFloat16 ? kernels::RopeDtype::kBF16 : kernels::RopeDtype::kFP32;
+  return p;
+}
+#endif
+
+std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const Tensor& rotation_in, int64_t heads) {
+  check_rope_qkv_shapes(qkv_in, rotation_in, heads);
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), C = qkv_in.size(2) / 3, D = C / heads;
+  if (!rope_kernel_applies(qkv_in, rotation_in)) {
+    const auto mt = math_dtype(qkv_in.scalar_type());
+    auto parts = qkv_in.reshape({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+    auto [cos, sin] = rope_table(rotation_in, T, mt);
+    auto rotate = [&](const Tensor& x) {
+      auto pairs = x.to(mt).unflatten(-1, {D / 2, 2});
+      auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+      return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(qkv_in.scalar_type());
+    };
+    // v is copied even where its view happens to be contiguous: an op's output must not alias its input.
+    return {rotate(parts[0]).contiguous(), rotate(parts[1]).contiguous(), parts[2].clone(at::MemoryFormat::Contiguous)};
+  }
+#ifdef LMSCALE_HAS_KERNELS
+  c10::cuda::CUDAGuard guard(qkv_in.device());
+  auto qkv = qkv_in.contiguous();
+  auto rotation = rotation_in.contiguous();
+  auto q = at::empty({B, heads, T, D}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
+  auto p = rope_params(B, T, heads, D, rotation, qkv.scalar_type());
+  p.qkv_in = qkv.data_ptr();
+  p.qkv_row_stride = 3 * C;
+  p.q_out = q.data_ptr();
+  p.k_out = k.data_ptr();
+  p.v_out = v.data_ptr();
+  kernels::run_rope_qkv_fwd(p, stream());
+  return {q, k, v};
+#else
+  TORCH_CHECK(false, "unreachable");
+#endif
+}
+
+// The transpose: dq, dk rotated back (x0 = y0·cos + y1·sin, x1 = −y0·sin + y1·cos), dv as is, into (B, T, 3C).
+Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor& dv_in, const Tensor& rotation_in,
+                         int64_t heads) {
+  TORCH_CHECK(dq_in.dim() == 4 && dk_in.sizes() == dq_in.sizes() && dv_in.sizes() == dq_in.sizes() &&
+                  dq_in.size(1) == heads,
+              "rope_qkv_backward: dq, dk, dv must be one (B, H, T, D) shape with H = ", heads, "; got ", dq_in.sizes(),
+              ", ", dk_in.sizes(), ", ", dv_in.sizes());
+  const int64_t B = dq_in.size(0), T = dq_in.size(2), D = dq_in.size(3), C = heads * D;
+  const auto dt = dq_in.scalar_type();
+  if (rope_kernel_applies(dq_in, rotation_in) && dk_in.scalar_type() == dt && dv_in.scalar_type() == dt) {
+#ifdef LMSCALE_HAS_KERNELS
+    c10::cuda::CUDAGuard guard(dq_in.device());
+    auto dq = dq_in.contiguous(), dk = dk_in.contiguous(), dv = dv_in.contiguous();
+    auto rotation = rotation_in.contiguous();
+    auto dqkv = at::empty({B, T, 3 * C}, dq.options());
+    auto p = rope_params(B, T, heads, D, rotation, dt);
+    p.q = dq.data_ptr();
+    p.k = dk.data_ptr();
+    p.v = dv.data_ptr();
+    p.qkv_grad = dqkv.data_ptr();
+    kernels::run_rope_qkv_bwd(p, stream());
+    return dqkv;
+#endif
+  }
+  const auto mt = math_dtype(dt);
+  auto [cos, sin] = rope_table(rotation_in, T, mt);
+  auto unrotate = [&](const Tensor& y) {
+    auto pairs = y.to(mt).unflatten(-1, {D / 2, 2});
+    auto y0 = pairs.select(-1, 0), y1 = pairs.select(-1, 1);
+    return at::stack({y0 * cos + y1 * sin, y1 * cos - y0 * sin}, -1).flatten(-2).to(dt);
+  };
+  auto parts = at::stack({unrotate(dq_in), unrotate(dk_in), dv_in.to(dt)}, 0);  // (3, B, H, T, D)
+  return parts.permute({1, 3, 0, 2, 4}).reshape({B, T, 3 * C});
+}
+
+// ------------------------------------------------------------------ cross-entropy (mean over positions)
+// forward: per row of logits (rows, V): m = max, l = log Σ exp(z − m), loss = l − (z_t − m); returns the
+// mean loss (0-dim, fp32; fp64 for fp64) and stats (2, rows) = (m, l) for the backward. No fp32 copy of
+// the logits on the kernel path.
+
+bool cross_entropy_kernel_applies(const Tensor& logits, const Tensor& targets) {
+#ifdef LMSCALE_HAS_KERNELS
+  return logits.is_cuda() && kernel_dtype(logits.scalar_type()) && targets.device() == logits.device();
+#else
+  (void)logits, (void)targets;
+  return false;
+#endif
+}
+
+#ifdef LMSCALE_HAS_KERNELS
+// z (rows, V) with a contiguous last dim, targets (rows) contiguous int64; stats (2, rows) fp32.
+kernels::CrossEntropyParams cross_entropy_params(const Tensor& z, const Tensor& targets, const Tensor& stats) {
+  kernels::CrossEntropyParams p;
+  p.logits = z.data_ptr();
+  p.logits_stride = z.stride(0);
+  p.targets = targets.data_ptr<int64_t>();
+  p.rows = z.size(0);
+  p.vocab = z.size(1);
+  p.dtype = fused_dtype(z.scalar_type());
+  p.row_max = stats[0].data_ptr<float>();
+  p.row_log_sum = stats[1].data_ptr<float>();
+  return p;
+}
+#endif
+
+std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets_in) {
+  check_cross_entropy_shapes(logits, targets_in);
+  const int64_t V = logits.size(-1);
+  auto z = logits.reshape({-1, V});
+  auto targets = targets_in.reshape({-1});
+  if (!cross_entropy_kernel_applies(logits, targets_in)) {
+    auto zm = z.to(math_dtype(logits.scalar_type()));
+    auto m = std::get<0>(zm.max(-1, /*keepdim=*/true));
+    auto l = (zm - m).exp().sum(-1).log();
+    auto picked = zm.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    auto loss = (l - (picked - m.squeeze(-1))).mean();
+    return {loss, at::stack({m.squeeze(-1), l}, 0)};
+  }
+#ifdef LMSCALE_HAS_KERNELS
+  c10::cuda::CUDAGuard guard(logits.device());
+  if (z.stride(-1) != 1) z = z.contiguous();
+  targets = targets.contiguous();
+  auto opts = z.options().dtype(at::kFloat);
+  auto loss = at::empty({z.size(0)}, opts), stats = at::empty({2, z.size(0)}, opts);
+  auto p = cross_entropy_params(z, targets, stats);
+  p.loss_out = loss.data_ptr<float>();
+  kernels::run_cross_entropy_fwd(p, stream());
+  return {loss.mean(), stats};
+#else
+  TORCH_CHECK(false, "unreachable");
+#endif
+}
+
+// dz = grad_loss / rows · (exp(z − m − l) − [j = t]), in the logits' dtype and shape.
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets_in,
+                              const Tensor& stats) {
+  check_cross_entropy_shapes(logits, targets_in);
+  const int64_t V = logits.size(-1);
+  auto z = logits.reshape({-1, V});
+  auto targets = targets_in.reshape({-1});
+  TORCH_CHECK(stats.dim() == 2 && stats.size(0) == 2 && stats.size(1) == z.size(0),
+              "cross_entropy_backward: stats must be the forward's (2, rows); got ", stats.sizes());
+  if (cross_entropy_kernel_applies(logits, targets_in) && stats.scalar_type() == at::kFloat) {
+#ifdef LMSCALE_HAS_KERNELS
+    c10::cuda::CUDAGuard guard(logits.device());
+    z = z.contiguous();
+    targets = targets.contiguous();
+    auto st = stats.contiguous();
+    auto g = grad_loss.to(at::kFloat).contiguous();  // stays on the device: no sync
+    auto dz = at::empty_like(z);
+    auto p = cross_entropy_params(z, targets, st);
+    p.grad_loss = g.data_ptr<float>();
+    p.grad_factor = 1.f / static_cast<float>(z.size(0));
+    p.dlogits_out = dz.data_ptr();
+    kernels::run_cross_entropy_bwd(p, stream());
+    return dz.view(logits.sizes());
+#endif
+  }
+  const auto mt = stats.scalar_type();
+  auto zm = z.to(mt);
+  auto softmax = (zm - stats[0].unsqueeze(-1) - stats[1].unsqueeze(-1)).exp();
+  auto dz = softmax.scatter_add(-1, targets.unsqueeze(-1), at::full({z.size(0), 1}, -1.0, softmax.options()));
+  dz = dz * (grad_loss.to(mt) / static_cast<double>(z.size(0)));
+  return dz.to(logits.scalar_type()).contiguous().view(logits.sizes());
+}
+
+}  // namespace
+}  // namespace lmscale::ops
+
+TORCH_LIBRARY_FRAGMENT(lmscale, m) {
+  m.def("rms_norm_forward(Tensor x, Tensor? residual, Tensor weight, float eps, ScalarType? out_dtype=None) "
+        "-> (Tensor h, Tensor y, Tensor rstd)");
+  m.def("rms_norm_backward(Tensor dy, Tensor? dh, Tensor h, Tensor weight, Tensor rstd) -> (Tensor dx, Tensor dweight)");
+  m.def("swiglu_forward(Tensor a, Tensor b) -> Tensor");
+  m.def("swiglu_backward(Tensor dout, Tensor a, Tensor b) -> (Tensor da, Tensor db)");
+  m.def("rope_qkv_forward(Tensor qkv, Tensor rotation, int heads) -> (Tensor q, Tensor k, Tensor v)");
+  m.def("rope_qkv_backward(Tensor dq, Tensor dk, Tensor dv, Tensor rotation, int heads) -> Tensor");
+  m.def("cross_entropy_forward(Tensor logits, Tensor targets) -> (Tensor loss, Tensor stats)");
+  m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor stats) -> Tensor");
+}
+
+// One set of functions for both keys: each picks the kernel or the reference itself.
+#define LMSCALE_FUSED_IMPLS(m)                                           \
+  m.impl("rms_norm_forward", &lmscale::ops::rms_norm_forward);           \
+  m.impl("rms_norm_backward", &lmscale::ops::rms_norm_backward);         \
+  m.impl("swiglu_forward", &lmscale::ops::swiglu_forward);               \
+  m.impl("swiglu_backward", &lmscale::ops::swiglu_backward);             \
+  m.impl("rope_qkv_forward", &lmscale::ops::rope_qkv_forward);           \
+  m.impl("rope_qkv_backward", &lmscale::ops::rope_qkv_backward);         \
+  m.impl("cross_entropy_forward", &lmscale::ops::cross_entropy_forward); \
+  m.impl("cross_entropy_backward", &lmscale::ops::cross_entropy_backward)
+
+TORCH_LIBRARY_IMPL(lmscale, CPU, m) { LMSCALE_FUSED_IMPLS(m); }
+TORCH_LIBRARY_IMPL(lmscale, CUDA, m) { LMSCALE_FUSED_IMPLS(m); }
+#undef LMSCALE_FUSED_IMPLS
