@@ -10,6 +10,7 @@
 
 #include "kernels/flash_fp32.h"
 #include "kernels/flash_head_dims.h"
+#include "kernels/flash_deterministic.h"
 #include "kernels/flash_params.h"
 #include "kernels/flash_variants.h"
 #ifdef LMSCALE_FA_HOPPER
@@ -140,7 +141,19 @@ void run_flash_fwd(const FlashParams& params, void* stream) {
 void run_flash_bwd(const FlashParams& params, void* stream) {
   if (params.dtype == FlashDtype::kFP32) return run_flash_fp32_bwd(params, stream);  // fp32 path: flash_fp32.h
   if (run_hopper_bwd_if_chosen(params, stream)) return;
+  if (params.dq_semaphore)
+    throw std::runtime_error("run_flash_bwd: a deterministic dQ (dq_semaphore) was asked for, but the mma.sync "
+                             "backward adds dQ with atomics; only the Hopper and fp32 backwards can honour it");
   dispatch<true>(params, stream);
+}
+
+bool flash_bwd_can_be_deterministic(const FlashParams& p) {
+  if (p.dtype == FlashDtype::kFP32) return true;
+#ifdef LMSCALE_FA_HOPPER
+  return p.path != FlashPath::kMmaSync && hopper::bwd_unsupported_reason(p).empty();
+#else
+  return false;
+#endif
 }
 
 }  // namespace lmscale::kernels

@@ -18,6 +18,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "kernels/flash_deterministic.h"
 #include "kernels/flash_params.h"
 #endif
 
@@ -178,6 +179,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   LMSCALE_SET_STRIDES(p, dq, dq4);
   LMSCALE_SET_STRIDES(p, dk, dk4);
   LMSCALE_SET_STRIDES(p, dv, dv4);
+  // torch.use_deterministic_algorithms(True): the Hopper backward adds dQ in key-block order through a
+  // zeroed counter per 64-query tile (Note [deterministic dQ], flash_bwd_hopper.cuh); the fp32 kernels are
+  // deterministic as they are; the mma.sync backward adds dQ with atomics, so PyTorch's alert raises
+  // (or warns, with warn_only=True) there.
+  at::Tensor dq_semaphore;
+  if (at::globalContext().deterministicAlgorithms()) {
+    if (!kernels::flash_bwd_can_be_deterministic(p)) {
+      at::globalContext().alertNotDeterministic(
+          "lmscale flash_attention backward on the mma.sync kernels (dQ is added with atomics; the Hopper kernels, "
+          "sm_90 at head dims 64/80/128, and the fp32 kernels are deterministic)");
+    } else if (!fp32) {
+      dq_semaphore = at::zeros({q4.size(0) * q4.size(1), (q4.size(2) + 63) / 64}, q4.options().dtype(at::kInt));
+      p.dq_semaphore = dq_semaphore.data_ptr<int>();
+    }
+  }
   if (q4.numel() > 0) kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
   return {dq4.view(q.sizes()), dk4.view(k.sizes()), dv4.view(v.sizes())};
 }

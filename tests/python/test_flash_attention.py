@@ -104,3 +104,27 @@ def test_cuda_kernel_within_3x_torch_error(dtype, causal):
 
 
 # fp32 on CUDA (its own kernels, fp32-class accuracy): test_flash_fp32_cuda.py.
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 80, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_deterministic_algorithms_give_the_same_gradients_on_every_run(head_dim, causal):
+    """torch.use_deterministic_algorithms(True): the backward's dQ is bitwise the same over reruns on an
+    sm_90 GPU (the Hopper kernels add it in key-block order); elsewhere PyTorch's alert raises."""
+    q, k, v = inputs((2, 3, 1000, head_dim), (2, 3, 1000, head_dim), dtype=torch.bfloat16, device="cuda")
+    dout = torch.randn_like(q)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        if torch.cuda.get_device_capability() != (9, 0):
+            with pytest.raises(RuntimeError, match="deterministic"):
+                torch.autograd.grad(lmscale.flash_attention(q, k, v, is_causal=causal), (q, k, v), dout)
+            return
+        runs = [torch.autograd.grad(lmscale.flash_attention(q, k, v, is_causal=causal), (q, k, v), dout)
+                for _ in range(3)]
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    for grads in runs[1:]:
+        for got, first in zip(grads, runs[0]):
+            assert torch.equal(got, first)
