@@ -110,7 +110,10 @@ std::string index_page(const fs::path& out, const ReportSummary& s, const std::m
   }
   if (!s.plots.empty() || !s.plot_problem.empty()) md += "\n## Plots\n\n";
   for (const auto& p : s.plots) md += "- " + link(p) + "\n";
-  if (!s.plot_problem.empty()) md += "- " + s.plot_problem + "\n";
+  // The problem itself (stderr) names this machine's folders; a committed page must not.
+  if (!s.plot_problem.empty())
+    md += "- not drawn by this run (the plotting interpreter failed; `lmscale report` printed why); "
+          "`python -m lmscale.plots report <this folder>` draws them\n";
   if (!s.files.empty()) {
     md += "\n## Traces, memory snapshots, timelines (copied from the runs)\n\n";
     for (const auto& f : s.files) md += "- " + link(f) + "\n";
