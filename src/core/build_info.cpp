@@ -14,7 +14,6 @@
 
 #include "core/device.h"
 #include "core/process.h"
-#include "results/record.h"
 
 #ifndef LMSCALE_VERSION  // CMake sets these on this file (see CMakeLists.txt)
 #define LMSCALE_VERSION "unknown"
