@@ -69,9 +69,8 @@ std::string join_archs(const std::vector<int>& archs) {
 
 }  // namespace
 
-void print_build_info(std::ostream& out) {
-  const auto& run = run_info();
-  out << "lmscale " << LMSCALE_VERSION << " (commit " << (run.commit.empty() ? "unknown" : run.commit)
+void print_build_info(std::ostream& out, const std::string& commit) {
+  out << "lmscale " << LMSCALE_VERSION << " (commit " << (commit.empty() ? "unknown" : commit)
       << ")\n";
   out << "compiler: " << LMSCALE_BUILD_COMPILER << ", libtorch " << TORCH_VERSION << "\n";
   const auto archs = built_cuda_archs();
