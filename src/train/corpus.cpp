@@ -10,7 +10,8 @@
 
 #include "core/process.h"
 #include "core/python_module.h"
-#include "core/results.h"
+#include "results/record.h"
+#include "results/writer.h"
 #include "train/token_file.h"
 
 namespace lmscale {

@@ -7,7 +7,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/results.h"
+#include "results/record.h"
+#include "results/writer.h"
 
 namespace lmscale {
 

@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <map>
 
-#include "core/record.h"
+#include "results/record.h"
+#include "results/table.h"
 
 namespace lmscale {
 

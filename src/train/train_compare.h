@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/results.h"
+#include "results/record.h"
 
 namespace lmscale {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/results.h"
+#include "results/record.h"
 #include "train/trainer.h"
 
 namespace lmscale {

@@ -10,7 +10,9 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/record.h"
+#include "results/reader.h"
+#include "results/record.h"
+#include "results/writer.h"
 #include "core/sweep_progress.h"
 #include "train/train_compare.h"
 #include "train/train_progress.h"

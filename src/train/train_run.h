@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "core/results.h"
+#include "results/record.h"
 #include "train/trainer.h"
 
 namespace lmscale {
 
-// Field names of train records that the shared glossary (core/record.h) does not have yet.
+// Field names of train records that the shared glossary (results/record.h) does not have yet.
 namespace train_field {
 inline constexpr char seed[] = "seed";
 inline constexpr char lr[] = "lr";                  // peak learning rate

@@ -10,7 +10,8 @@
 
 #include "core/process.h"
 #include "core/python_module.h"
-#include "core/results.h"
+#include "results/reader.h"
+#include "results/record.h"
 #include "support/run_cli.h"
 #include "support/temp_dirs.h"
 #include "train/corpus.h"
