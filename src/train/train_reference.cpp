@@ -11,6 +11,7 @@
 
 #include "core/python_module.h"
 #include "model/config.h"
+#include "results/writer.h"
 #include "train/data_order.h"
 #include "train/initial_weights.h"
 #include "train/token_file.h"
