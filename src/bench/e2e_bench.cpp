@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/fault_injection.h"
+#include "model/config_fields.h"
 #include "results/record.h"
 #include "train/graphed_step.h"
 
@@ -133,14 +134,8 @@ E2EResult run_e2e(const E2EConfig& c) {
 std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std::string& impl) {
   const auto& m = c.setup.model;
   Record base("e2e", impl);
-  base.update(Json{{field::size, m.name},
-                   {field::d_model, m.d_model},
-                   {field::d_ff, m.d_ff},
-                   {field::layers, m.num_layers},
-                   {field::heads, m.num_heads},
-                   {field::vocab, m.vocab_size},
-                   {field::params, m.param_count()},
-                   {field::context, c.setup.context},
+  base.update(model_fields(m));
+  base.update(Json{{field::context, c.setup.context},
                    {field::batch, c.setup.batch},
                    {field::precision, dtype_name(c.setup.precision)},
                    {field::mode, mode_name(c.mode)},

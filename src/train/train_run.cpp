@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "model/config_fields.h"
 #include "results/reader.h"
 #include "results/record.h"
 #include "results/writer.h"
@@ -45,14 +46,8 @@ bool is_out_of_memory(const std::string& what) {
 Json train_run_fields(const TrainRun& r) {
   const auto& s = r.setup;
   const auto& m = s.model;
-  return Json{{field::impl, r.impl},
-              {field::size, m.name},
-              {field::d_model, m.d_model},
-              {field::d_ff, m.d_ff},
-              {field::layers, m.num_layers},
-              {field::heads, m.num_heads},
-              {field::vocab, m.vocab_size},
-              {field::params, m.param_count()},
+  Json fields = model_fields(m);
+  fields.update(Json{{field::impl, r.impl},
               {field::context, s.context},
               {field::batch, s.batch},
               {field::precision, r.precision},
@@ -67,7 +62,8 @@ Json train_run_fields(const TrainRun& r) {
               {train_field::clip, r.clip},
               {train_field::eval_every, r.eval_every},
               {train_field::eval_batches, r.eval_batches},
-              {train_field::corpus, corpus_name(r.train_path)}};
+              {train_field::corpus, corpus_name(r.train_path)}});
+  return fields;
 }
 
 std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const TrainRun& run) {

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "kernels/flash_head_dims.h"
 #include "kernels/flash_tiles.h"
 #include "kernels/flash_variants.h"
 
@@ -17,7 +18,7 @@ namespace {
 namespace tiles = kernels::flash_tiles;
 
 // Every head dim generate_flash_kernels.py writes a variant for, built or not in this configuration.
-constexpr int kHeadDims[] = {16, 32, 64, 80, 128};
+constexpr auto kHeadDims = kernels::FlashHeadDims::kValues;  // the one list (flash_head_dims.h)
 
 TEST(FlashTiles, ForwardBlocksSplitIntoWholeWarpTilesAndFitSharedMemory) {
   for (int d : kHeadDims) {
@@ -52,10 +53,8 @@ TEST(FlashTiles, PaddedRowsAreAlignedAndFreeOfBankConflicts) {
 
 // The head dims this build holds are among those checked above.
 TEST(FlashTiles, EveryBuiltHeadDimIsChecked) {
-#define LMSCALE_FA_CHECK_HEAD_DIM(D) \
-  EXPECT_NE(std::find(std::begin(kHeadDims), std::end(kHeadDims), D), std::end(kHeadDims)) << D;
-  LMSCALE_FA_FOR_EACH_HEAD_DIM(LMSCALE_FA_CHECK_HEAD_DIM)
-#undef LMSCALE_FA_CHECK_HEAD_DIM
+  for (int d : kernels::BuiltHeadDims::kValues)
+    EXPECT_NE(std::find(std::begin(kHeadDims), std::end(kHeadDims), d), std::end(kHeadDims)) << d;
 }
 
 }  // namespace
