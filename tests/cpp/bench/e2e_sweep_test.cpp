@@ -172,7 +172,7 @@ TEST(BenchCompare, ResumeMeasuresOnlyWhatIsMissing) {
 
 TEST(BenchCompare, BadBaselineOrScopeFailsFast) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--impl lmscale,torch-jit", "'torch-jit' is not an implementation (one of lmscale, torch-eager, torch-compile, torch-compile-ro)"},
+      {"--impl lmscale,torch-jit", "'torch-jit' is not an implementation (one of lmscale, torch-eager, torch-compile, torch-compile-ro, torch-float8, torch-float8-ro)"},
       {"--impl lmscale,torch-eager --baseline-scope everything", "not a baseline scope (one of model, naive)"},
       {"--impl lmscale,torch-eager --compile-scope everything", "not a compile scope (one of blocks, model)"}};
   for (const auto& [args, must_mention] : cases) {
