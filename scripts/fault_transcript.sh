@@ -23,6 +23,7 @@ while (($#)); do
     *) echo "fault_transcript.sh: unknown argument '$1' (use --rows 21.1,29.4 or --self-test)" >&2; exit 2 ;;
   esac
 done
+[[ -n $OUT_FILE && $OUT_FILE != /* ]] && OUT_FILE=$PWD/$OUT_FILE  # the rows run in other folders
 BUILD=$(cd "${LMSCALE_BUILD_DIR:-$ROOT/build}" 2>/dev/null && pwd)
 BIN=${BUILD:-/nonexistent}/lmscale
 [[ -x $BIN ]] || { echo "no binary at $BIN: run ./lmscale build first (or set LMSCALE_BUILD_DIR)" >&2; exit 2; }
