@@ -223,23 +223,21 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP, int Poly = 0>
+template <int D, int N, int C, bool PP>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, Poly>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
 template <int D>
 std::vector<Variant> variants() {
   if constexpr (D == 64)
-    return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_poly2"),
-            variant<D, 176, 2, true, 3>("n176c2pp_poly3"), variant<D, 176, 2, true, 4>("n176c2pp_poly4"),
-            variant<D, 176, 2, true, 6>("n176c2pp_poly6"), variant<D, 192, 2, true, 4>("n192c2pp_poly4"),
-            variant<D, 128, 2, true, 4>("n128c2pp_poly4")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
   else if constexpr (D == 80)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
             variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
   else
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 8>("n128c2_poly8")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
 }
 
 int time(const Case& c, int iters, bool all) {

@@ -31,13 +31,10 @@
 namespace lmscale::kernels::hopper {
 
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
-// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]), and which share of the
-// exponentials runs on the FMA pipe: every kPolyExpEvery-th 8-key block of S (0: none; Note [exp2 on the
-// FMA pipe] in hopper_ptx.cuh). FwdShipped picks per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kPolyExpEvery_ = 0>
+// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
 struct FwdConfig {
   using T = T_;
-  static constexpr int kPolyExpEvery = kPolyExpEvery_;
   static constexpr int D = D_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
@@ -72,7 +69,7 @@ struct FwdConfig {
 
 // The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_poly_exp_every(D)>;
+using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)>;
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -247,13 +244,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
-      // A share of the blocks on the FMA pipe (Note [exp2 on the FMA pipe]); i is a constant after unrolling.
-      const bool on_fma = C::kPolyExpEvery > 0 && i % (C::kPolyExpEvery > 0 ? C::kPolyExpEvery : 1) == 0;
-      auto ex2 = [on_fma](float x) { return on_fma ? poly_exp2(x) : fast_exp2(x); };
-      s_acc[4 * i] = ex2(fmaf(s_acc[4 * i], scale_log2, -base_a));
-      s_acc[4 * i + 1] = ex2(fmaf(s_acc[4 * i + 1], scale_log2, -base_a));
-      s_acc[4 * i + 2] = ex2(fmaf(s_acc[4 * i + 2], scale_log2, -base_b));
-      s_acc[4 * i + 3] = ex2(fmaf(s_acc[4 * i + 3], scale_log2, -base_b));
+      s_acc[4 * i] = fast_exp2(fmaf(s_acc[4 * i], scale_log2, -base_a));
+      s_acc[4 * i + 1] = fast_exp2(fmaf(s_acc[4 * i + 1], scale_log2, -base_a));
+      s_acc[4 * i + 2] = fast_exp2(fmaf(s_acc[4 * i + 2], scale_log2, -base_b));
+      s_acc[4 * i + 3] = fast_exp2(fmaf(s_acc[4 * i + 3], scale_log2, -base_b));
       sum_a += s_acc[4 * i] + s_acc[4 * i + 1];
       sum_b += s_acc[4 * i + 2] + s_acc[4 * i + 3];
     }

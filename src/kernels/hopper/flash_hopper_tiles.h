@@ -20,9 +20,6 @@ constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; } 
 constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
 constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
 constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
-// Every n-th 8-key block of S takes its exponentials on the FMA pipe (Note [exp2 on the FMA pipe]): only
-// where MUFU, not the tensor core, bounds the tile (d = 64); 0 = none.
-constexpr int fwd_poly_exp_every(int /*d*/) { return 0; }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound

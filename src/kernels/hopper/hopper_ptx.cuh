@@ -167,19 +167,4 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Note [exp2 on the FMA pipe]. 2^x for x <= 0 without the MUFU unit, which the d = 64 forward saturates
-// (one ex2 per score, 16 per clock per SM, as many clocks as the tensor core's work on the same tile):
-// x = j + f with j = round(x) (adding 1.5 * 2^23 leaves round(x) in the low mantissa bits) and
-// f in [-0.5, 0.5]; 2^f by a cubic fitted for relative error with the constant term pinned to 1 (max
-// relative error 1.0e-4, 40x below bf16's rounding of P); j goes straight into the exponent field.
-// x is clamped at -127, where the result is exactly +0 (p = 1.0 at f = 0), so masked scores (-inf)
-// give 0 as ex2 does. 3 FADD + 3 FFMA + FMNMX + SHL + IADD, none on the MUFU.
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -127.f);
-  const float t = __fadd_rn(x, 12582912.f);
-  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  const float p = fmaf(fmaf(fmaf(0.05500858f, f, 0.24221037f), f, 0.6932829f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 }  // namespace lmscale::kernels::hopper
