@@ -30,7 +30,8 @@ if compgen -G "$ROOT/prebuilt/lmscale-*.whl" >/dev/null; then
   mkdir -p /tmp/lmscale-dist && cp "$ROOT"/prebuilt/lmscale-*.whl /tmp/lmscale-dist/
   echo "prebuilt wheel: $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
 else
-  LMSCALE_BUILD_DIR=/tmp/lmscale-wheel-build LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
+  # WHEEL_BUILD_DIR=/tmp/lmscale-build reuses what session_check.sh compiled on this machine.
+  LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-/tmp/lmscale-wheel-build} LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
     "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
     { tail -40 "$OUT/wheel_build.log"; exit 1; }
   echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -115,42 +114,28 @@ std::vector<E2EResult> run_torch_baselines(const std::vector<E2EConfig>& configs
   std::vector<bool> answered(configs.size(), false);
   if (configs.empty()) return out;
   const ConfigFile input(configs);
-  std::deque<std::string> tail;  // the module's last lines that were not results: the reason, if it dies
-  ProcessOptions options;
-  options.capture_stdout = true;
-  options.merge_stderr = true;
-  options.stdin_path = input.path;
-  options.on_line = [&](const std::string& raw) {
-    std::string line = raw;
-    while (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) return;
-    if (line.front() == '{') {
-      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("id") && j["id"].is_number_unsigned() && j.contains("records") &&
-          j["records"].is_array() && j["id"].get<size_t>() < configs.size()) {
-        const size_t i = j["id"].get<size_t>();
-        E2EResult r;
-        for (const auto& record : j["records"]) add_e2e_record(record, r);
-        r.params = configs[i].setup.model.param_count();
-        // The module reads LMSCALE_INJECT_OOM too: its oom is then one made on purpose, and said so.
-        if (r.status == Status::oom &&
-            fault_injected(InjectedFault::oom, configs[i].setup.model.name, configs[i].setup.context))
-          r.injected = to_string(InjectedFault::oom);
-        out[i] = r;
-        answered[i] = true;
-        if (on_result) on_result(i, out[i]);
-        return;
-      }
-    }
-    std::cerr << "    [" << impl << "] " << line << "\n";
-    tail.push_back(line);
-    if (tail.size() > 6) tail.pop_front();
+  auto on_answer = [&](const std::string& line) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!(j.is_object() && j.contains("id") && j["id"].is_number_unsigned() && j.contains("records") &&
+          j["records"].is_array() && j["id"].get<size_t>() < configs.size()))
+      return false;
+    const size_t i = j["id"].get<size_t>();
+    E2EResult r;
+    for (const auto& record : j["records"]) add_e2e_record(record, r);
+    r.params = configs[i].setup.model.param_count();
+    // The module reads LMSCALE_INJECT_OOM too: its oom is then one made on purpose, and said so.
+    if (r.status == Status::oom &&
+        fault_injected(InjectedFault::oom, configs[i].setup.model.name, configs[i].setup.context))
+      r.injected = to_string(InjectedFault::oom);
+    out[i] = r;
+    answered[i] = true;
+    if (on_result) on_result(i, out[i]);
+    return true;
   };
-  const ProcessResult proc = run_process(
-      python_module_argv(kModule, {"--impl", impl, "--baseline-scope", scope, "--configs", "-"}),
-      python_module_options(options));
-  std::string why;
-  for (const auto& l : tail) why += (why.empty() ? "" : " | ") + l;
+  const ModuleRun run = run_json_lines_module(kModule, {"--impl", impl, "--baseline-scope", scope, "--configs", "-"},
+                                              input.path, "    [" + impl + "] ", on_answer);
+  const ProcessResult& proc = run.proc;
+  const std::string& why = run.tail;
   const std::string who = "the " + impl + " baseline (" + python_interpreter() + " -m " + kModule + ")";
   if (!proc.ok() && std::all_of(answered.begin(), answered.end(), [](bool a) { return a; }))
     std::cerr << "    [" << impl << "] note: " << who << " " << proc.describe() << " after answering every config\n";

@@ -4,8 +4,10 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 namespace lmscale {
 namespace fs = std::filesystem;
@@ -133,6 +135,29 @@ std::string run_python_module(const std::string& module, const std::vector<std::
   return "python -m " + module + " " + r.describe() + (last.empty() ? "" : " (" + last + ")") +
          (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter()) +
          " (set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
+}
+
+ModuleRun run_json_lines_module(const std::string& module, const std::vector<std::string>& args,
+                                const std::string& stdin_path, const std::string& echo_prefix,
+                                const std::function<bool(const std::string&)>& on_json_line) {
+  std::deque<std::string> tail;
+  ProcessOptions options;
+  options.capture_stdout = true;
+  options.merge_stderr = true;
+  options.stdin_path = stdin_path;
+  options.on_line = [&](const std::string& raw) {
+    std::string line = raw;
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) return;
+    if (line.front() == '{' && on_json_line(line)) return;
+    std::cerr << echo_prefix << line << "\n";
+    tail.push_back(line);
+    if (tail.size() > 6) tail.pop_front();
+  };
+  ModuleRun run;
+  run.proc = run_process(python_module_argv(module, args), python_module_options(options));
+  for (const auto& l : tail) run.tail += (run.tail.empty() ? "" : " | ") + l;
+  return run;
 }
 
 }  // namespace lmscale

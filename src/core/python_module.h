@@ -48,4 +48,17 @@ std::string run_python_module(const std::string& module, const std::vector<std::
                               const std::function<void(const std::string&)>& on_line = {},
                               const std::string& needs = "");
 
+// A module that answers in JSON lines on stdout (the e2e baselines, the training reference): runs
+// `<python> -m <module> <args…>` with stderr merged and `stdin_path` as stdin ("" = inherited). Each line
+// ('\r' stripped) that starts with '{' goes to on_json_line, which returns true when it was an answer;
+// every other non-empty line is echoed to stderr after `echo_prefix` (the module's progress and
+// warnings), and the last six are kept in `tail`, joined by " | ": the reason, if the module dies.
+struct ModuleRun {
+  ProcessResult proc;
+  std::string tail;
+};
+ModuleRun run_json_lines_module(const std::string& module, const std::vector<std::string>& args,
+                                const std::string& stdin_path, const std::string& echo_prefix,
+                                const std::function<bool(const std::string&)>& on_json_line);
+
 }  // namespace lmscale

@@ -98,6 +98,20 @@ inline constexpr char attention_part[] = "attention_part";
 inline constexpr char time_kind[] = "time_kind";
 inline constexpr char experiment[] = "experiment";
 inline constexpr char tensor[] = "tensor";
+// Training (lmscale train): the run's settings and each evaluation's.
+inline constexpr char seed[] = "seed";
+inline constexpr char lr[] = "lr";                  // peak learning rate
+inline constexpr char lr_min[] = "lr_min";          // the cosine's floor
+inline constexpr char lr_warmup[] = "lr_warmup";    // steps of linear warm-up
+inline constexpr char lr_now[] = "lr_now";          // the learning rate of the record's step
+inline constexpr char clip[] = "clip";
+inline constexpr char eval_every[] = "eval_every";
+inline constexpr char eval_batches[] = "eval_batches";
+inline constexpr char corpus[] = "corpus";
+inline constexpr char train_tokens[] = "train_tokens";
+inline constexpr char val_tokens[] = "val_tokens";
+inline constexpr char elapsed_s[] = "elapsed_s";
+inline constexpr char torch_attention[] = "torch_attention";
 }  // namespace field
 
 // The metric name of a cell that produced no numbers (its status and reason say why).

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -106,42 +105,30 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
   Json input = torch_reference_input(run, recorded);
   input["init_weights"] = weights;
   write_text(path, input.dump() + "\n");
-  std::deque<std::string> tail;  // the module's last lines that were not protocol: the reason, if it dies
-  ProcessOptions options;
-  options.capture_stdout = true;
-  options.merge_stderr = true;
-  options.on_line = [&](const std::string& raw) {
-    std::string line = raw;
-    while (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) return;
-    if (line.front() == '{') {
-      const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("eval") && j["eval"].is_object()) {
-        const Json& e = j["eval"];
-        Evaluation ev;
-        ev.step = e.value("step", int64_t{0});
-        ev.train_loss = number_or_nan(e, "train_loss");
-        ev.val_loss = number_or_nan(e, "val_loss");
-        ev.grad_norm = number_or_nan(e, "grad_norm");
-        ev.lr = number_or_nan(e, "lr");
-        ev.elapsed_s = number_or_nan(e, "elapsed_s");
-        if (cb.on_eval) cb.on_eval(ev);
-        return;
-      }
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) {
-        if (cb.on_step) cb.on_step(j["step"].get<int64_t>());
-        return;
-      }
+  auto on_answer = [&](const std::string& line) {
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("eval") && j["eval"].is_object()) {
+      const Json& e = j["eval"];
+      Evaluation ev;
+      ev.step = e.value("step", int64_t{0});
+      ev.train_loss = number_or_nan(e, "train_loss");
+      ev.val_loss = number_or_nan(e, "val_loss");
+      ev.grad_norm = number_or_nan(e, "grad_norm");
+      ev.lr = number_or_nan(e, "lr");
+      ev.elapsed_s = number_or_nan(e, "elapsed_s");
+      if (cb.on_eval) cb.on_eval(ev);
+      return true;
     }
-    std::cerr << "    [" << run.impl << "] " << line << "\n";
-    tail.push_back(line);
-    if (tail.size() > 6) tail.pop_front();
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) {
+      if (cb.on_step) cb.on_step(j["step"].get<int64_t>());
+      return true;
+    }
+    return false;
   };
-  const ProcessResult proc =
-      run_process(python_module_argv(kModule, {"--run", path}), python_module_options(options));
-  if (proc.ok()) return;
-  std::string last;
-  for (const auto& l : tail) last += (last.empty() ? "" : " | ") + l;
+  const ModuleRun module = run_json_lines_module(kModule, {"--run", path}, "", "    [" + run.impl + "] ", on_answer);
+  if (module.proc.ok()) return;
+  const ProcessResult& proc = module.proc;
+  const std::string& last = module.tail;
   TORCH_CHECK(false, "the ", run.impl, " reference (", python_interpreter(), " -m ", kModule, ") ", proc.describe(),
               last.empty() ? "" : ": " + last, "; if that interpreter lacks torch, ", python_fix());
 }

@@ -54,15 +54,15 @@ Json train_run_fields(const TrainRun& r) {
               {field::attention, attention_backend_name(m.attention)},
               {field::device, s.device.str()},
               {field::fused, s.fused},
-              {train_field::seed, s.seed},
+              {field::seed, s.seed},
               {field::steps, r.steps},
-              {train_field::lr, r.lr.peak},
-              {train_field::lr_min, r.lr.floor},
-              {train_field::lr_warmup, r.lr.warmup},
-              {train_field::clip, r.clip},
-              {train_field::eval_every, r.eval_every},
-              {train_field::eval_batches, r.eval_batches},
-              {train_field::corpus, corpus_name(r.train_path)}});
+              {field::lr, r.lr.peak},
+              {field::lr_min, r.lr.floor},
+              {field::lr_warmup, r.lr.warmup},
+              {field::clip, r.clip},
+              {field::eval_every, r.eval_every},
+              {field::eval_batches, r.eval_batches},
+              {field::corpus, corpus_name(r.train_path)}});
   return fields;
 }
 
@@ -103,7 +103,7 @@ TrainOutcome run_training(const TrainOptions& o) {
       keys.push_back(fields);
       Record cell("train", impl);
       cell.update(fields);
-      if (is_torch_reference(impl)) cell.set(train_field::torch_attention, "sdpa");
+      if (is_torch_reference(impl)) cell.set(field::torch_attention, "sdpa");
       const std::string label = impl + " " + precision;
       if (is_torch_reference(impl) && !torch_reference_unsupported(precision).empty()) {
         std::cerr << label << ": skipped: " << torch_reference_unsupported(precision) << "\n";
@@ -129,7 +129,7 @@ TrainOutcome run_training(const TrainOptions& o) {
       cb.on_eval = [&](const Evaluation& e) {
         progress.eval(e);
         Record r = cell;
-        r.set(field::step, e.step).set(train_field::lr_now, e.lr).set(train_field::elapsed_s, e.elapsed_s);
+        r.set(field::step, e.step).set(field::lr_now, e.lr).set(field::elapsed_s, e.elapsed_s);
         std::vector<Json> lines{r.metric("val_loss", e.val_loss, "nats")};
         if (!std::isnan(e.train_loss)) lines.push_back(r.metric("train_loss", e.train_loss, "nats"));
         if (!std::isnan(e.grad_norm)) lines.push_back(r.metric("grad_norm", e.grad_norm, ""));

@@ -13,23 +13,6 @@
 
 namespace lmscale {
 
-// Field names of train records that the shared glossary (results/record.h) does not have yet.
-namespace train_field {
-inline constexpr char seed[] = "seed";
-inline constexpr char lr[] = "lr";                  // peak learning rate
-inline constexpr char lr_min[] = "lr_min";          // the cosine's floor
-inline constexpr char lr_warmup[] = "lr_warmup";    // steps of linear warm-up
-inline constexpr char lr_now[] = "lr_now";          // the learning rate of the record's step
-inline constexpr char clip[] = "clip";
-inline constexpr char eval_every[] = "eval_every";
-inline constexpr char eval_batches[] = "eval_batches";
-inline constexpr char corpus[] = "corpus";
-inline constexpr char train_tokens[] = "train_tokens";
-inline constexpr char val_tokens[] = "val_tokens";
-inline constexpr char elapsed_s[] = "elapsed_s";
-inline constexpr char torch_attention[] = "torch_attention";
-}  // namespace train_field
-
 struct TrainOptions {
   TrainRun base;                        // impl and precision are set per run
   std::vector<std::string> precisions;  // as spelled; each also set in base.setup by `setup_for`
