@@ -307,6 +307,7 @@ void parallel_for(int n, F&& fn) {
 struct BwdBuffers {
   void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
   float *lse, *dsum, *dq_accum;
+  int* dq_tile_ticket;
 };
 
 BwdBuffers alloc_bwd(const Case& c, const Layout& L) {
@@ -316,11 +317,14 @@ BwdBuffers alloc_bwd(const Case& c, const Layout& L) {
   CHECK(cudaMalloc(&bb.lse, rows * 4));
   CHECK(cudaMalloc(&bb.dsum, rows * 4));
   CHECK(cudaMalloc(&bb.dq_accum, rows * c.d * 4));
+  CHECK(cudaMalloc(&bb.dq_tile_ticket, int64_t(c.b) * c.h * ((c.s + 63) / 64) * 2 * 4));
+  CHECK(cudaMemset(bb.dq_tile_ticket, 0x5a, int64_t(c.b) * c.h * ((c.s + 63) / 64) * 2 * 4));  // the preprocess zeroes it
   return bb;
 }
 void free_bwd(BwdBuffers& bb) {
   for (void* x : {bb.q, bb.k, bb.v, bb.o, bb.dout, bb.dq, bb.dk, bb.dv}) CHECK(cudaFree(x));
   for (float* x : {bb.lse, bb.dsum, bb.dq_accum}) CHECK(cudaFree(x));
+  CHECK(cudaFree(bb.dq_tile_ticket));
 }
 // q, k, v and dout filled with standard-normal values in the case's dtype.
 void fill_bwd_inputs(const Case& c, const Layout& L, const BwdBuffers& bb, std::mt19937& rng) {
@@ -335,6 +339,7 @@ void fill_bwd_inputs(const Case& c, const Layout& L, const BwdBuffers& bb, std::
 lk::FlashParams make_bwd_params(const Case& c, const Layout& L, const BwdBuffers& bb) {
   auto p = make_params(c, L, bb.q, bb.k, bb.v, bb.o, bb.lse);
   p.dout = bb.dout, p.dq = bb.dq, p.dk = bb.dk, p.dv = bb.dv, p.dsum = bb.dsum, p.dq_accum = bb.dq_accum;
+  p.dq_tile_ticket = bb.dq_tile_ticket;  // as the op passes it: dq_accum first-stored, never zeroed
   for (int64_t* x : {&p.do_batch_stride, &p.dq_batch_stride, &p.dk_batch_stride, &p.dv_batch_stride}) *x = L.batch;
   for (int64_t* x : {&p.do_head_stride, &p.dq_head_stride, &p.dk_head_stride, &p.dv_head_stride}) *x = L.head;
   for (int64_t* x : {&p.do_row_stride, &p.dq_row_stride, &p.dk_row_stride, &p.dv_row_stride}) *x = L.row;
@@ -427,8 +432,14 @@ BwdVariant bwd_variant(const char* name) {
 std::vector<BwdVariant> bwd_variants(int d) {
   // The shipped tile (BwdShipped) is the probe's main row, run through the library: instantiating the same
   // kernel here too would register it from two fat binaries.
-  std::vector<BwdVariant> v;
-  if (d == 64) v = {bwd_variant<64, 64>("m64")};
+  // "zeroed": the shipped kernel without tickets, so the preprocess zeroes dq_accum and every key block adds
+  // (the path before Note [dQ first store]).
+  std::vector<BwdVariant> v = {{"zeroed", [](const lk::FlashParams& p) {
+                                  lk::FlashParams q = p;
+                                  q.dq_tile_ticket = nullptr;
+                                  run_hopper_bwd<__nv_bfloat16>(q);
+                                }}};
+  if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
   return v;
 }
 

@@ -22,8 +22,10 @@ constexpr int kPreRowThreads = 8;
 constexpr int kPreThreads = 128;
 constexpr int kPreRowsPerBlock = kPreThreads / kPreRowThreads;
 
+// zero_dq_accum is false for the Hopper backward when its first key block per query tile stores rather than
+// adds (Note [dQ first store], flash_bwd_hopper.cuh); it zeroes p.dq_tile_ticket instead, when given.
 template <typename T, int D>
-__global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const FlashParams p) {
+__global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const FlashParams p, bool zero_dq_accum) {
   static_assert(D % 8 == 0, "rows are read in 16-byte chunks");
   const int row = blockIdx.y * kPreRowsPerBlock + threadIdx.x / kPreRowThreads;
   const int part = threadIdx.x % kPreRowThreads;
@@ -44,9 +46,14 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const
         const float2 a = Elem<T>::unpack(ow[w]), d = Elem<T>::unpack(dw[w]);
         sum += a.x * d.x + a.y * d.y;
       }
-      *reinterpret_cast<float4*>(acc + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<float4*>(acc + c + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (zero_dq_accum) {
+        *reinterpret_cast<float4*>(acc + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<float4*>(acc + c + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
     }
+    if (p.dq_tile_ticket && row % 64 == 0 && part == 0)
+      *reinterpret_cast<int2*>(p.dq_tile_ticket + (static_cast<int64_t>(bh) * ((p.seqlen_q + 63) / 64) + row / 64) * 2) =
+          make_int2(0, 0);
   }
 #pragma unroll
   for (int off = kPreRowThreads / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off, kPreRowThreads);
@@ -58,9 +65,9 @@ inline int flash_bwd_preprocess_blocks(const FlashParams& p) {
   return (p.seqlen_q + kPreRowsPerBlock - 1) / kPreRowsPerBlock;
 }
 template <typename T, int D>
-void launch_flash_bwd_preprocess(const FlashParams& p, cudaStream_t stream) {
+void launch_flash_bwd_preprocess(const FlashParams& p, cudaStream_t stream, bool zero_dq_accum = true) {
   flash_bwd_preprocess_kernel<T, D>
-      <<<dim3(p.batch * p.heads, flash_bwd_preprocess_blocks(p)), kPreThreads, 0, stream>>>(p);
+      <<<dim3(p.batch * p.heads, flash_bwd_preprocess_blocks(p)), kPreThreads, 0, stream>>>(p, zero_dq_accum);
 }
 
 // ----------------------------------------------------------------------------- main kernel

@@ -31,13 +31,18 @@ struct FlashParams {
   void* dk = nullptr;
   void* dv = nullptr;
   // bwd workspaces supplied by the caller (ops/ allocates them; kernels never allocate):
-  float* dq_accum = nullptr;  // fp32 (B, H, Nq, D) contiguous; the kernel zeroes it itself
+  float* dq_accum = nullptr;  // fp32 (B, H, Nq, D) contiguous, any contents (zeroed or first-stored, below)
   float* dsum = nullptr;      // fp32 (B, H, Nq) contiguous: D_i = rowsum(dO ⊙ O)
   // Deterministic backward (Hopper kernels only; nullptr: dQ partial sums are added in whatever order the
   // key blocks finish): int32 (B * H, ceil(Nq / 64)), zeroed by the caller. Key block n then adds into a
   // query tile only after blocks 0 .. n-1 have (Note [deterministic dQ], flash_bwd_hopper.cuh), so dQ is
   // bitwise the same on every run.
   int* dq_semaphore = nullptr;
+  // Hopper backward, default (not deterministic) order (optional): int32 (B * H, ceil(Nq / 64), 2), any
+  // contents (the preprocess zeroes it). With it (or with dq_semaphore) dq_accum is not zeroed: the first key
+  // block to reach a query tile stores its partial dQ and the others add once that store has landed (Note
+  // [dQ first store], flash_bwd_hopper.cuh). Without it the preprocess zeroes dq_accum and every block adds.
+  int* dq_tile_ticket = nullptr;
 
   int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
   int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;

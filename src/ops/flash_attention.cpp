@@ -160,11 +160,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   auto dq4 = at::empty(q4.sizes(), q4.options());
   auto dk4 = at::empty(k4.sizes(), k4.options());
   auto dv4 = at::empty(v4.sizes(), v4.options());
-  // Workspaces: the fp32 dQ accumulator (zeroed by the preprocess kernel; the fp32 kernels compute dQ
-  // without one) and D = rowsum(dO ⊙ O).
+  // Workspaces: the fp32 dQ accumulator (the fp32 kernels compute dQ without one), D = rowsum(dO ⊙ O), and
+  // the Hopper backward's per-tile tickets, with which nothing zeroes dq_accum (FlashParams::dq_tile_ticket).
   const bool fp32 = q4.scalar_type() == at::kFloat;
   auto dq_accum = at::empty(fp32 ? at::IntArrayRef{0} : q4.sizes(), q4.options().dtype(at::kFloat));
   auto dsum = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
+  const int64_t tiles64 = (q4.size(2) + 63) / 64;
+  auto dq_tile_ticket = at::empty({fp32 ? 0 : q4.size(0) * q4.size(1), tiles64, 2}, q4.options().dtype(at::kInt));
   auto p = make_params(q4, k4, v4, is_causal);
   p.o = const_cast<void*>(o4.data_ptr());
   p.lse = L3.data_ptr<float>();
@@ -174,6 +176,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   p.dv = dv4.data_ptr();
   p.dq_accum = fp32 ? nullptr : dq_accum.data_ptr<float>();
   p.dsum = dsum.data_ptr<float>();
+  p.dq_tile_ticket = fp32 ? nullptr : dq_tile_ticket.data_ptr<int>();
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
   LMSCALE_SET_STRIDES(p, dq, dq4);
@@ -190,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
           "lmscale flash_attention backward on the mma.sync kernels (dQ is added with atomics; the Hopper kernels, "
           "sm_90 at head dims 64/80/128, and the fp32 kernels are deterministic)");
     } else if (!fp32) {
-      dq_semaphore = at::zeros({q4.size(0) * q4.size(1), (q4.size(2) + 63) / 64}, q4.options().dtype(at::kInt));
+      dq_semaphore = at::zeros({q4.size(0) * q4.size(1), tiles64}, q4.options().dtype(at::kInt));
       p.dq_semaphore = dq_semaphore.data_ptr<int>();
     }
   }

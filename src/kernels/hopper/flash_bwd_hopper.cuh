@@ -1,6 +1,6 @@
 // FlashAttention backward for Hopper (sm_90a), docs/spec.md §3.5: the main kernel only (dK, dV in the
-// input dtype, dQ added in fp32 into p.dq_accum). The preprocess (D = rowsum(dO ∘ O), dq_accum zeroed) and
-// the dq_accum -> dq conversion run around it (flash_bwd_hopper_steps.cuh).
+// input dtype, dQ stored or added in fp32 into p.dq_accum: Note [dQ first store]). The preprocess (D =
+// rowsum(dO ∘ O)) and the dq_accum -> dq conversion run around it (flash_bwd_hopper_steps.cuh).
 //
 //   * one block per 128 keys: warpgroup 0 is the producer, warpgroups 1 and 2 are consumers owning 64
 //     keys each, with dK and dV of their keys in registers for the whole block;
@@ -238,13 +238,31 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
       // order the blocks run in. Blocks of a head start in key-block order (Note [bwd grid order]) and
       // block n - 1 is always ahead of block n, so the waits end; the cost is that block n trails n - 1.
-      int* semaphore = p.dq_semaphore ? p.dq_semaphore + static_cast<int64_t>(bh) * ((p.seqlen_q + 63) / 64) : nullptr;
+      const int64_t tiles64 = (p.seqlen_q + 63) / 64;
+      int* semaphore = p.dq_semaphore ? p.dq_semaphore + bh * tiles64 : nullptr;
+      // Note [dQ first store]. dq_accum is not zeroed when the caller gives p.dq_tile_ticket (or asks for the
+      // deterministic order): per query tile, the block that takes ticket 0 stores its partial dQ (TMA store,
+      // not reduce), waits until the store has landed and raises the tile's flag (release); every other block
+      // waits for the flag (acquire) before its first add. No wait can block for long: ticket 0 is taken by a
+      // running block whose store depends on nothing. In the deterministic order key block 0 is first in
+      // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
+      int* tickets = !semaphore && p.dq_tile_ticket ? p.dq_tile_ticket + bh * tiles64 * 2 : nullptr;
       for (int m = m_first; m < m_tiles; ++m) {
         int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
+        int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] stored
+        bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
         if (turn && lane == 0) {
           while (ld_acquire_gpu(turn) != n_block) {
           }
           fence_proxy_async_global();  // the adds below (async proxy) after the acquire
+          store = n_block == 0;
+        } else if (ticket && lane == 0) {
+          store = atomicAdd(ticket, 1) == 0;
+          if (!store) {
+            while (ld_acquire_gpu(ticket + 1) == 0) {
+            }
+            fence_proxy_async_global();
+          }
         }
         // Both groups' reduces are issued before either staging is waited for, so group 1's never queues
         // behind group 0's read.
@@ -255,7 +273,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
             for (int c = 0; c < chunks; ++c) {
               const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
-              tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+              if (store)
+                tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+              else
+                tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
             }
             bulk_commit();
           }
@@ -264,6 +285,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           bulk_wait_all();             // the adds are done, not only their reads of shared memory
           fence_proxy_async_global();  // ... and ordered before the release below
           red_release_add_gpu(turn, 1);
+        } else if (ticket && store && lane == 0) {
+          bulk_wait_all();  // the store has landed: the other blocks may add
+          fence_proxy_async_global();
+          st_release_gpu(ticket + 1, 1);
         }
         for (int g = 0; g < C::kConsumers; ++g) {
           if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();

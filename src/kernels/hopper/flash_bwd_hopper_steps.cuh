@@ -1,5 +1,6 @@
 // The three launches of the Hopper backward, in order: the mma.sync backward's preprocess (D =
-// rowsum(dO ∘ O), dq_accum zeroed), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
+// rowsum(dO ∘ O); dq_accum zeroed only when the main kernel adds into every tile, i.e. with neither
+// p.dq_tile_ticket nor p.dq_semaphore: Note [dQ first store]), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
 // library), and the mma.sync backward's dq_accum -> dq conversion. Included by flash_api.cu, whose
 // translation unit is built for every architecture of the build: the two shared kernels are instantiated
 // there, never in the sm_90a-only library (one kernel registered from two fat binaries with different
@@ -19,7 +20,7 @@ template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
   const int batch_heads = p.batch * p.heads;
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
-  flash::launch_flash_bwd_preprocess<T, D>(p, stream);
+  flash::launch_flash_bwd_preprocess<T, D>(p, stream, /*zero_dq_accum=*/!p.dq_tile_ticket && !p.dq_semaphore);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
   main_kernel(p, stream);
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);

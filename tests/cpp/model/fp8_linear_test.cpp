@@ -127,7 +127,10 @@ TEST(Fp8LinearGpu, CublasLtMatchesTheQuantizedReference) {
   // Forward with fast accumulation (partial sums kept at reduced precision): looser than the CPU's.
   EXPECT_LT(max_rel(r.y, c.y_ref), 1e-2);
   EXPECT_LT(max_rel(r.dx, c.dx_ref), 1.0 / 256);
-  EXPECT_LT(max_rel(torch::cat({r.dw_a, r.dw_b}), c.dw_ref), 1e-5);
+  // dW (fp32 out, no fast accumulation): Hopper's FP8 tensor cores keep their partial sums at reduced
+  // precision (about 14 mantissa bits, not fp32's 23) before cuBLASLt promotes them into fp32, so the GPU
+  // is not held to the CPU's fp32-summation bound; 2^-10 (measured on an H100: 4.0e-4).
+  EXPECT_LT(max_rel(torch::cat({r.dw_a, r.dw_b}), c.dw_ref), 1.0 / 1024);
 }
 
 }  // namespace
