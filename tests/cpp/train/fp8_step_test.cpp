@@ -88,7 +88,10 @@ TEST(Fp8Step, CachedWeightsAreTheWeightsCastInEveryForward) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   int checked = 0;
   for (auto& m : cached.model()->modules(false))
-    if (auto* lin = m->as<LinearImpl>(); lin && lin->fp8 && lin->fp8_weight()) {
+    // weight_fp8 itself, not fp8_weight(): that one also asks for bf16 autocast, which is on only inside the
+    // step (on an H100 this loop first checked nothing). The copy it was cast from must be current.
+    if (auto* lin = m->as<LinearImpl>(); lin && lin->fp8 && lin->weight_fp8.data.defined()) {
+      EXPECT_EQ(lin->weight._version(), lin->weight_bf16_version);
       auto source = lin->weight_fp8.data.size(0) == lin->weight_bf16.size(0)
                         ? lin->weight_bf16
                         : torch::Tensor();  // packed q/k/v: compared through q_proj's block below

@@ -1,0 +1,75 @@
+"""Where the drop-in benchmark's train step spends its GPU time, per impl (python -m lmscale.drop_in_bench
+builds the models; this profiles them): after warm-up (compilation included), PyTorch's profiler over a few
+steps, then the kernels with the most CUDA time per step and the step time with and without the profiler.
+
+    python3 scripts/gpu/drop_in_profile.py --size xl --impls torch-compile lmscale-nn-compile [--top 25]
+
+Needs lmscale importable (the wheel, or PYTHONPATH=python with LMSCALE_BUILD_DIR naming a build folder).
+"""
+import argparse
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lmscale import drop_in_bench as dib
+
+
+def one_step(model_opt, ids, targets):
+    loss_fn, opt = model_opt
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(ids, targets)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def timed(step, n):
+    times = []
+    for _ in range(n):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="xl", choices=list(dib.SIZES))
+    parser.add_argument("--impls", nargs="+", default=["torch-compile", "lmscale-nn-compile"], choices=dib.IMPLS)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    c = {"vocab": 10000, "context": 512, "batch": 4}
+    device = torch.device("cuda")
+    for impl in args.impls:
+        model, loss_fn = dib.build(impl, args.size, c, device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+        ids = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
+        targets = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
+        step = lambda: one_step((loss_fn, opt), ids, targets)  # noqa: E731
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        plain = timed(step, 5)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.steps):
+                step()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_time_total > 0 and e.device_type.name == "CUDA"]
+        kernels.sort(key=lambda e: e.device_time_total, reverse=True)
+        total = sum(e.device_time_total for e in kernels) / args.steps / 1e3
+        print(f"\n== {args.size} {impl}: step {plain:.2f} ms (median of 5, no profiler); "
+              f"{total:.2f} ms of kernels per step; top {args.top}")
+        print(f"{'ms/step':>8} {'calls/step':>10}  kernel")
+        for e in kernels[:args.top]:
+            print(f"{e.device_time_total / args.steps / 1e3:8.3f} {e.count / args.steps:10.1f}  {e.key[:150]}")
+        del model, opt, loss_fn
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
