@@ -1,6 +1,7 @@
 """Where the drop-in benchmark's train step spends its GPU time, per impl (python -m lmscale.drop_in_bench
 builds the models; this profiles them): after warm-up (compilation included), PyTorch's profiler over a few
-steps, then the kernels with the most CUDA time per step and the step time with and without the profiler.
+steps, then the kernels with the most CUDA time per step, the operators with the most CPU time of their own,
+and the step time without the profiler.
 
     python3 scripts/gpu/drop_in_profile.py --size xl --impls torch-compile lmscale-nn-compile [--top 25]
 
@@ -42,6 +43,7 @@ def main():
     parser.add_argument("--impls", nargs="+", default=["torch-compile", "lmscale-nn-compile"], choices=dib.IMPLS)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--cpu-top", type=int, default=15)
     args = parser.parse_args()
     c = {"vocab": 10000, "context": 512, "batch": 4}
     device = torch.device("cuda")
@@ -67,6 +69,12 @@ def main():
         print(f"{'ms/step':>8} {'calls/step':>10}  kernel")
         for e in kernels[:args.top]:
             print(f"{e.device_time_total / args.steps / 1e3:8.3f} {e.count / args.steps:10.1f}  {e.key[:150]}")
+        # Host side: the operators with the most CPU time of their own (where a host-bound step goes).
+        cpu = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0), key=lambda e: e.self_cpu_time_total,
+                     reverse=True)
+        print(f"{'cpu ms/step':>11} {'calls/step':>10}  operator (self CPU time)")
+        for e in cpu[:args.cpu_top]:
+            print(f"{e.self_cpu_time_total / args.steps / 1e3:11.3f} {e.count / args.steps:10.1f}  {e.key[:120]}")
         del model, opt, loss_fn
         torch.cuda.empty_cache()
 
