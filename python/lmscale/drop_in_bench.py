@@ -32,6 +32,7 @@ import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -234,6 +235,41 @@ def measure(impl, size, c, device):
             "peak_memory_bytes": peak, "first_loss": losses[0], "warmup_s": warm_s}
 
 
+def measure_cell(impl, size, c, device):
+    """{"status", "reason", "metrics"} of one cell; a failure is an outcome, not the end of the run."""
+    try:
+        return {"status": "ok", "reason": "", "metrics": measure(impl, size, c, device)}
+    except Exception as e:
+        status = "oom" if e2e.is_out_of_memory(e) else "error"
+        return {"status": status, "reason": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:500],
+                "metrics": {}}
+    finally:
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def run_cell(impl, size, argv):
+    """measure_cell in a fresh Python process (the same options, this one cell): its output lines pass through
+    to stderr; a child that dies is an error cell with its last line as the reason."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cmd = [sys.executable, "-m", "lmscale.drop_in_bench", *args, "--sizes", size, "--impls", impl, "--cell-json",
+           "--in-process"]
+    cmd = [a for i, a in enumerate(cmd)
+           if not (a == "--out" or a.startswith("--out=") or (i > 0 and cmd[i - 1] == "--out"))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    last = ""
+    for line in proc.stdout:
+        if line.startswith("CELL "):
+            proc.wait()
+            return json.loads(line[5:])
+        sys.stderr.write("    " + line)
+        last = line.strip() or last
+    proc.wait()
+    return {"status": "error", "reason": f"the cell's process exited with code {proc.returncode}: {last}"[:500],
+            "metrics": {}}
+
+
 UNITS = {"step_ms": "ms", "tokens_per_s": "tokens/s", "peak_memory_bytes": "bytes", "first_loss": "nats",
          "warmup_s": "s"}
 
@@ -263,31 +299,34 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default=None, help="JSONL file the records are appended to")
+    parser.add_argument("--in-process", action="store_true",
+                        help="measure every cell in this process. By default each (size, impl) runs in a fresh Python "
+                             "process: in one process the impl timed second lost 7-12 ms per xl step on an H100, "
+                             "whichever impl it was (docs/python.md, The drop-in benchmark)")
+    parser.add_argument("--cell-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device: this benchmark times GPU training steps")
     device = torch.device("cuda", torch.cuda.current_device())
     c = {"context": args.context, "batch": args.batch, "vocab": args.vocab, "warmup": args.warmup, "steps": args.steps}
     torch._dynamo.config.cache_size_limit = 64
+    if args.cell_json:  # the child of run_cell: one cell, its outcome as one line
+        print("CELL " + json.dumps(measure_cell(args.impls[0], args.sizes[0], c, device)), flush=True)
+        return 0
     print(f"{'size':6} {'impl':20} {'step ms':>9} {'tokens/s':>10} {'peak GB':>8} {'loss0':>7} {'warm s':>7}", flush=True)
     for size in args.sizes:
         for impl in args.impls:
-            try:
-                m = measure(impl, size, c, device)
-                out = records(impl, size, c, device, "ok", "", m)
+            cell = measure_cell(impl, size, c, device) if args.in_process else run_cell(impl, size, argv)
+            m = cell["metrics"]
+            out = records(impl, size, c, device, cell["status"], cell["reason"], m)
+            if cell["status"] == "ok":
                 print(f"{size:6} {impl:20} {m['step_ms']['value']:9.2f} {m['tokens_per_s']:10.0f} "
                       f"{m['peak_memory_bytes'] / 1e9:8.2f} {m['first_loss']:7.3f} {m['warmup_s']:7.1f}", flush=True)
-            except Exception as e:  # one cell's failure is a record, not the end of the run
-                status = "oom" if e2e.is_out_of_memory(e) else "error"
-                reason = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:500]
-                out = records(impl, size, c, device, status, reason, {})
-                print(f"{size:6} {impl:20} {status}: {reason}", flush=True)
+            else:
+                print(f"{size:6} {impl:20} {cell['status']}: {cell['reason']}", flush=True)
             if args.out:
                 with open(args.out, "a") as f:
                     f.writelines(json.dumps(r) + "\n" for r in out)
-            torch._dynamo.reset()
-            gc.collect()
-            torch.cuda.empty_cache()
     return 0
 
 
