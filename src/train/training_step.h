@@ -22,8 +22,8 @@ enum class StepMode { Forward, ForwardBackward, TrainStep };
 StepMode parse_mode(const std::string& name);
 std::string mode_name(StepMode m);
 
-// Whether StepSetup::optimizer_overlap is on unless asked otherwise: off until the H100 ablation
-// (docs/training_step_notes.md, "The optimizer under the backward") shows it wins; then on where it does.
+// Whether StepSetup::optimizer_overlap is on unless asked otherwise: off, because on an H100 it made the
+// step slower at every size, bf16 and fp8 (docs/training_step_notes.md, "Measured (2026-11-26)").
 constexpr bool kOptimizerOverlapDefault = false;
 
 struct StepSetup {
