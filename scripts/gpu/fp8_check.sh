@@ -5,6 +5,7 @@
 # own limit and packed into OUT/fp8.tgz as it finishes, so a time limit loses only one stage.
 #
 #   LMSCALE_COMMIT=<sha> scripts/gpu/fp8_check.sh OUT        (carry .deps, and .whl for torch-float8)
+# LMSCALE_BUILD_DIR=/tmp/lmscale-build reuses what session_check.sh or attention_check.sh built on this machine.
 #
 # With prebuilt/ (lmscale, liblmscale.so and a test binary built elsewhere against the same torch
 # 2.11 and CUDA 13, sm_90) the build stage only checks that they load: a GPU machine goes back 30 s
@@ -49,7 +50,7 @@ if prebuilt_loads >"$RES/prebuilt.log" 2>&1; then
   BIN=$LMSCALE_BUILD_DIR/lmscale
 else
   unset LMSCALE_PYTHONPATH
-  export LMSCALE_BUILD_DIR=/tmp/fp8-build
+  export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/fp8-build}
   BIN=$LMSCALE_BUILD_DIR/lmscale
   stage build "${BUILD_S:-330}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
 fi
