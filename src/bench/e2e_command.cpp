@@ -8,6 +8,7 @@
 #include "bench/e2e_torch_baseline.h"
 #include "bench/e2e_warmup.h"
 #include "core/device.h"
+#include "core/error.h"
 
 namespace lmscale {
 
@@ -20,7 +21,8 @@ void run_e2e_command(const E2ESweep& s, E2EJob job) {
   for (const auto& m : s.models)
     for (auto t : s.contexts)
       for (auto p : s.precisions)
-        for (auto b : s.backends) validate(sweep_config(s, m, t, p, s.modes.front(), b).setup);
+        for (auto b : s.backends)  // every cell checked before the first measurement: a refusal is a usage error
+          check_as_usage([&] { validate(sweep_config(s, m, t, p, s.modes.front(), b).setup); });
   set_run_gpu(device_name(s.base.setup.device));
   const std::string& out = s.out_dir;
   if (job == E2EJob::WarmupStudy) {

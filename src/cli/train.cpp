@@ -7,6 +7,7 @@
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "train/corpus.h"
 #include "train/train_reference.h"
 #include "train/train_run.h"
@@ -74,7 +75,7 @@ void run(TrainArgs a) {
     TrainRun r = o.base;
     r.setup = o.setup_for(p);
     r.precision = p;
-    validate(r);
+    check_as_usage([&] { validate(r); });  // a refusal here is a usage error (exit 2)
   }
   const TrainOutcome done = run_training(o);
   if (!done.comparison.empty()) std::cout << "\n" << done.comparison;

@@ -20,6 +20,17 @@ class UsageError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Runs `check`, a validate() that raises c10::Error for what the user asked for, and turns that error into
+// a UsageError: for the CLI's checks of every configuration before the first measurement (exit 2).
+template <typename Check>
+void check_as_usage(Check&& check) {
+  try {
+    check();
+  } catch (const c10::Error& e) {
+    throw UsageError(e.what_without_backtrace());
+  }
+}
+
 // Message of any exception without libtorch's C++ backtrace (users want the diagnosis, not frames).
 inline std::string error_message(const std::exception& e) {
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();

@@ -72,7 +72,7 @@ class BenchCliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(BenchCliBadInput, FailsWithMessageNamingTheFix) {
   auto r = run_cli(GetParam().args + " --out " + temp_dir("bad"), GetParam().env);
-  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << "a refused request is a usage error, checked before any measurement: " << r.output;
   EXPECT_NE(r.output.find(GetParam().must_mention), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << "backtrace leaked: " << r.output;
 }
@@ -84,6 +84,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"bench --device cpu --size tiny --context 64 --model-context 32", "",
                                "--model-context"},
                       BadInput{"bench --device cpu --size tiny --precision fp16", "", "use fp32 or bf16"},
+                      BadInput{"bench --device cpu --size tiny --precision fp8", "", "needs an NVIDIA Hopper GPU"},
                       BadInput{"bench --device cpu --size tiny --precision int8", "", "not a precision"},
                       BadInput{"bench --device cpu --size tiny --attention magic", "", "naive"},
                       BadInput{"bench --device cpu --size tiny --compare jax", "", "torch-eager"},
