@@ -15,13 +15,12 @@ constexpr auto kGradient = at::kFloat8_e5m2;    // dY
 
 struct LinearFp8 : torch::autograd::Function<LinearFp8> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& source,
-                            at::TensorList weights, const ops::Fp8Tensor* cached) {
-    const int64_t K = source.size(1), N = source.size(0);
-    const auto x2 = x.to(at::kBFloat16).reshape({-1, K});
+                            at::TensorList weights, const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x) {
+    const int64_t N = source.size(0);
     const bool grad = ctx != nullptr;
     // Row-major X for Y; Xᵀ (its column-major view) for dW. Row-major W is Wᵀ column-major for Y;
     // Wᵀ row-major is W column-major for dX.
-    auto qx = ops::fp8_quantize(x2, kForward, /*row_major=*/true, /*transposed=*/grad);
+    auto qx = quantized_x ? *quantized_x : quantize(x, grad);
     auto qw = cached ? *cached : ops::fp8_quantize(source.detach(), kForward, /*row_major=*/true, /*transposed=*/grad);
     auto y = ops::fp8_mm(qx.data, qw.data.t(), qx.inv_scale, qw.inv_scale, at::kBFloat16, /*fast_accum=*/true);
     if (grad) {
@@ -55,22 +54,38 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
     auto dw = ops::fp8_mm(qg.data_t, x_t.t(), qg.inv_scale, inv_x, at::kFloat, /*fast_accum=*/false);
     for (auto& part : dw.split_with_sizes(ctx->saved_data["block_rows"].toIntVector(), 0)) grads.push_back(part);
     grads.emplace_back();  // `cached`
+    grads.emplace_back();  // `quantized_x`
     return grads;
+  }
+
+  // X (..., K) as rows of K, e4m3, with Xᵀ when the backward will need it.
+  static ops::Fp8Tensor quantize(const at::Tensor& x, bool transposed) {
+    return ops::fp8_quantize(x.to(at::kBFloat16).reshape({-1, x.size(-1)}), kForward, /*row_major=*/true, transposed);
   }
 };
 
 }  // namespace
 
 at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
-                      const ops::Fp8Tensor* cached) {
+                      const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x) {
   TORCH_CHECK(x.size(-1) == source.size(1), "linear_fp8: x has ", x.size(-1), " features but the weight takes ",
               source.size(1));
   TORCH_CHECK(!weights.empty(), "linear_fp8: no weights to give the gradient to");
   if (cached)
     TORCH_CHECK(cached->data.defined() && cached->data_t.defined() && cached->data.sizes() == source.sizes(),
                 "linear_fp8: the cached FP8 weight does not match the source ", source.sizes());
-  if (!torch::GradMode::is_enabled()) return LinearFp8::forward(nullptr, x, source, weights, cached);
-  return LinearFp8::apply(x, source, weights, cached);
+  const bool grad = torch::GradMode::is_enabled();
+  if (quantized_x)
+    TORCH_CHECK(quantized_x->data.defined() && quantized_x->data.size(-1) == x.size(-1) &&
+                    quantized_x->data.numel() == x.numel() && (!grad || quantized_x->data_t.defined()),
+                "linear_fp8: the quantized input does not match x ", x.sizes(),
+                grad ? " (with gradients on it needs its transposed copy: quantize_fp8_input)" : "");
+  if (!grad) return LinearFp8::forward(nullptr, x, source, weights, cached, quantized_x);
+  return LinearFp8::apply(x, source, weights, cached, quantized_x);
+}
+
+ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x) {
+  return LinearFp8::quantize(x, /*transposed=*/torch::GradMode::is_enabled());
 }
 
 bool fp8_linear_ok(const at::Tensor& x, int64_t out_features) {

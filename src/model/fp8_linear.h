@@ -26,8 +26,14 @@ namespace lmscale {
 // Needs tokens (the product of x's leading dims), K and N multiples of 16 on CUDA (fp8_linear_ok).
 // `cached`, when given, is `source` already quantized (e4m3, both layouts: the FP8 weights the
 // optimizer keeps current, TransformerLM::attach_fp8_weights); the forward then casts only x.
+// `quantized_x`, when given, is x already quantized by quantize_fp8_input: two layers that read the same
+// input (SwiGLU's W1 and W3) share one amax and one cast of it.
 at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
-                      const ops::Fp8Tensor* cached = nullptr);
+                      const ops::Fp8Tensor* cached = nullptr, const ops::Fp8Tensor* quantized_x = nullptr);
+
+// x as linear_fp8 quantizes it (e4m3, per-tensor scale; with the transposed copy the backward's dW needs
+// when gradients are on), for passing to several linear_fp8 calls on the same x.
+ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x);
 
 // Whether x can go through linear_fp8 with a weight of `out_features` rows.
 bool fp8_linear_ok(const at::Tensor& x, int64_t out_features);

@@ -131,6 +131,11 @@ const ops::Fp8Tensor* LinearImpl::fp8_weight() const {
   return weight_fp8.data.defined() && bf16_copy_current() ? &weight_fp8 : nullptr;
 }
 
+torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x) {
+  TORCH_CHECK(uses_fp8(x), "Linear::forward_fp8: this layer does not take the FP8 path for x ", x.sizes());
+  return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), &quantized_x);
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (uses_fp8(x)) return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight());
   if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
@@ -174,8 +179,17 @@ SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
   auto xc = cast_for_autocast(x);  // once for W1 and W3
-  if (fused_gate) return w2(ops::silu_mul(w1(xc), w3(xc)));
-  return w2(torch::silu(w1(xc)) * w3(xc));
+  torch::Tensor a, b;
+  if (w1->uses_fp8(xc) && w3->uses_fp8(xc)) {
+    const auto qx = quantize_fp8_input(xc);  // one amax and one cast of the input both GEMMs read
+    a = w1->forward_fp8(xc, qx);
+    b = w3->forward_fp8(xc, qx);
+  } else {
+    a = w1(xc);
+    b = w3(xc);
+  }
+  if (fused_gate) return w2(ops::silu_mul(a, b));
+  return w2(torch::silu(a) * b);
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(double theta, int64_t d_head, int64_t max_seq_len) {

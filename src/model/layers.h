@@ -39,6 +39,9 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
+  // forward on the FP8 path (uses_fp8(x) must hold) with x already quantized by quantize_fp8_input, so that
+  // layers reading one input share its cast (SwiGLU's W1 and W3).
+  torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x);
   void reset_parameters();                        // trunc normal, std √(2/(in+out))
   // The weight as a matmul without gradient reads it under autocast: the bf16 copy when it is
   // current (see attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).

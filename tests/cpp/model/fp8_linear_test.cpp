@@ -107,6 +107,39 @@ TEST(Fp8Linear, LinearTakesTheFp8PathUnderBf16AutocastOnly) {
   EXPECT_FALSE(lin->uses_fp8(x));
 }
 
+TEST(Fp8Linear, SwiGluCastsTheInputOfW1AndW3Once) {
+  // W1 and W3 read one input: SwiGLU quantizes it once (quantize_fp8_input) and both GEMMs take that
+  // copy. Same bytes as each layer casting it itself, so the output and every gradient are bit-identical
+  // to the block written with one linear_fp8 call per layer.
+  torch::manual_seed(85);
+  SwiGLU ffn(64, 96);
+  for (auto* lin : {ffn->w1.get(), ffn->w2.get(), ffn->w3.get()}) lin->fp8 = true;
+  auto x = torch::randn({4, 16, 64}, torch::requires_grad());
+  {
+    AutocastScope autocast(torch::kCPU, torch::kFloat8_e4m3fn);
+    ASSERT_TRUE(ffn->w1->uses_fp8(x) && ffn->w3->uses_fp8(x)) << "the shared cast is not exercised";
+  }
+  auto loss_and_grads = [&](auto&& block) {
+    AutocastScope autocast(torch::kCPU, torch::kFloat8_e4m3fn);
+    auto y = block(x);
+    auto g = torch::autograd::grad({y.to(torch::kFloat).pow(2).sum()},
+                                   {x, ffn->w1->weight, ffn->w2->weight, ffn->w3->weight});
+    g.insert(g.begin(), y.detach());
+    return g;
+  };
+  const auto shared = loss_and_grads([&](const torch::Tensor& in) { return ffn(in); });
+  const auto apart = loss_and_grads([&](const torch::Tensor& in) {
+    auto xc = in.to(torch::kBFloat16);
+    auto a = linear_fp8(xc, ffn->w1->weight, {ffn->w1->weight});
+    auto b = linear_fp8(xc, ffn->w3->weight, {ffn->w3->weight});
+    return ffn->w2(torch::silu(a) * b);
+  });
+  ASSERT_EQ(shared.size(), apart.size());
+  for (size_t i = 0; i < shared.size(); ++i) EXPECT_TRUE(torch::equal(shared[i], apart[i])) << "output/gradient " << i;
+  EXPECT_THROW(ffn->w2->forward_fp8(torch::randn({3, 96}), quantize_fp8_input(torch::randn({3, 96}))), c10::Error)
+      << "3 tokens do not take the FP8 path: forward_fp8 must refuse";
+}
+
 TEST(Fp8Linear, TheStepRefusesFp8WithoutAHopperGpu) {
   StepSetup s;
   s.precision = torch::kFloat8_e4m3fn;
