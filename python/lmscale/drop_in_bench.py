@@ -205,11 +205,27 @@ def _head_loss(impl, model, x, targets):
     return lnn.cross_entropy(model.head(model.ln(x)), targets)
 
 
-def measure(impl, size, c, device):
+def make_step(impl, size, c, device):
+    """(model, step): step() runs one bf16-autocast training step (forward, backward, fused AdamW) on fixed
+    random tokens and returns the loss."""
     model, loss_fn = build(impl, size, c, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     ids = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
     targets = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(ids, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return model, step
+
+
+def measure(impl, size, c, device):
+    model, step = make_step(impl, size, c, device)
     times, losses = [], []
     compile_started = time.perf_counter()
     torch.cuda.reset_peak_memory_stats(device)
@@ -219,18 +235,14 @@ def measure(impl, size, c, device):
             torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_fn(ids, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = step()
         end.record()
         torch.cuda.synchronize(device)
         if i >= c["warmup"]:
             times.append(start.elapsed_time(end))
         losses.append(loss.item())
     peak = torch.cuda.max_memory_allocated(device)
-    del model, opt, loss_fn
+    del model, step
     return {"step_ms": e2e.summary(times), "tokens_per_s": c["batch"] * c["context"] / (statistics.fmean(times) / 1e3),
             "peak_memory_bytes": peak, "first_loss": losses[0], "warmup_s": warm_s}
 

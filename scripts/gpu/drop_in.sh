@@ -7,8 +7,7 @@
 #
 #   scripts/gpu/drop_in.sh OUT [tests] [bench SIZE...]     (default: tests bench small)
 #
-# Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>. With prebuilt/lmscale-*.whl (built
-# elsewhere for sm_90 against torch 2.11 + CUDA 13) carried instead of .deps, nothing is built here.
+# Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>.
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 shift
@@ -24,18 +23,11 @@ if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
 fi
 start=$(date +%s)
 rm -rf /tmp/lmscale-dist "$SITE"
-if compgen -G "$ROOT/prebuilt/lmscale-*.whl" >/dev/null; then
-  # A wheel built elsewhere (sm_90, the same torch): a GPU machine goes back 30 s after a call, and
-  # building here would take minutes of every call.
-  mkdir -p /tmp/lmscale-dist && cp "$ROOT"/prebuilt/lmscale-*.whl /tmp/lmscale-dist/
-  echo "prebuilt wheel: $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
-else
-  # WHEEL_BUILD_DIR=/tmp/lmscale-build reuses what session_check.sh compiled on this machine.
-  LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-/tmp/lmscale-wheel-build} LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
-    "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
-    { tail -40 "$OUT/wheel_build.log"; exit 1; }
-  echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
-fi
+# WHEEL_BUILD_DIR=/tmp/lmscale-build reuses what session_check.sh compiled on this machine.
+LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-/tmp/lmscale-wheel-build} LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
+  "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
+  { tail -40 "$OUT/wheel_build.log"; exit 1; }
+echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
 "$PY" -m pip install -q --no-deps --no-index --target "$SITE" /tmp/lmscale-dist/*.whl || exit 1
 export PYTHONPATH=$SITE:/tmp/lmscale-deps
 cd /tmp || exit 1  # from outside the checkout: the installed package, nothing of the source tree

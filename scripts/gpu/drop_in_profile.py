@@ -16,15 +16,6 @@ from torch.profiler import ProfilerActivity, profile
 from lmscale import drop_in_bench as dib
 
 
-def one_step(model_opt, ids, targets):
-    loss_fn, opt = model_opt
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = loss_fn(ids, targets)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
 def timed(step, n):
     times = []
     for _ in range(n):
@@ -48,11 +39,7 @@ def main():
     c = {"vocab": 10000, "context": 512, "batch": 4}
     device = torch.device("cuda")
     for impl in args.impls:
-        model, loss_fn = dib.build(impl, args.size, c, device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-        ids = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
-        targets = torch.randint(c["vocab"], (c["batch"], c["context"]), device=device)
-        step = lambda: one_step((loss_fn, opt), ids, targets)  # noqa: E731
+        model, step = dib.make_step(impl, args.size, c, device)  # the step the benchmark times
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -75,7 +62,7 @@ def main():
         print(f"{'cpu ms/step':>11} {'calls/step':>10}  operator (self CPU time)")
         for e in cpu[:args.cpu_top]:
             print(f"{e.self_cpu_time_total / args.steps / 1e3:11.3f} {e.count / args.steps:10.1f}  {e.key[:120]}")
-        del model, opt, loss_fn
+        del model, step
         torch.cuda.empty_cache()
 
 

@@ -131,13 +131,17 @@ const ops::Fp8Tensor* LinearImpl::fp8_weight() const {
   return weight_fp8.data.defined() && bf16_copy_current() ? &weight_fp8 : nullptr;
 }
 
+torch::Tensor LinearImpl::fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x) {
+  return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), quantized_x);
+}
+
 torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x) {
   TORCH_CHECK(uses_fp8(x), "Linear::forward_fp8: this layer does not take the FP8 path for x ", x.sizes());
-  return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), &quantized_x);
+  return fp8_gemm(x, &quantized_x);
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  if (uses_fp8(x)) return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight());
+  if (uses_fp8(x)) return fp8_gemm(x, nullptr);
   if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
     return linear_on_bf16_copy(x, weight_bf16, {weight});
   return torch::linear(x, autocast_weight());

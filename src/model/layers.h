@@ -66,6 +66,11 @@ class LinearImpl : public torch::nn::Module {
   int64_t weight_bf16_version = -1;
   bool fp8 = false;
   ops::Fp8Tensor weight_fp8;  // e4m3, both layouts; for packed q/k/v held by q_proj for the block
+
+ private:
+  // x · weightᵀ through linear_fp8 (the bf16 copy and cached FP8 weight when current), x quantized here
+  // unless given.
+  torch::Tensor fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x);
 };
 TORCH_MODULE(Linear);
 
