@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_amax.cuh"
 #include "kernels/fused_elementwise.cuh"
 #include "kernels/fused_rmsnorm_params.h"
 
@@ -44,14 +45,19 @@ __global__ void add_rmsnorm_fwd_kernel(const AddRmsNormFwdParams p) {
   if (threadIdx.x == 0) p.rstd_out[blockIdx.x] = rstd;
   const TX* hr = r ? h : x;  // each thread reads back only what it wrote itself
   TY* y = static_cast<TY*>(p.y_out) + base;
+  uint32_t amax = 0;
   for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
     float v[N], g[N];
     load<N>(hr + c, v);
     load<N>(p.gain + c, g);
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = v[i] * rstd * g[i];
+    for (int i = 0; i < N; ++i) {
+      v[i] = v[i] * rstd * g[i];
+      amax = max(amax, stored_abs_bits<TY>(v[i]));
+    }
     store<N>(y + c, v);
   }
+  if (p.y_amax) block_amax_commit(amax, p.y_amax);
 }
 
 template <typename TH, typename TR, typename TY, int N>
@@ -59,6 +65,7 @@ __global__ void add_rmsnorm_bwd_kernel(const AddRmsNormBwdParams p) {
   extern __shared__ float dgain[];  // C: this block's partial of dg; thread t owns the columns it walks
   __shared__ float scratch[32];
   const int C = p.cols;
+  uint32_t amax = 0;  // of the residual's gradient as stored
   for (int c = threadIdx.x * N; c < C; c += blockDim.x * N)
 #pragma unroll
     for (int i = 0; i < N; ++i) dgain[c + i] = 0.f;
@@ -90,6 +97,7 @@ __global__ void add_rmsnorm_bwd_kernel(const AddRmsNormBwdParams p) {
       for (int i = 0; i < N; ++i) {
         out[i] = (dh_in ? out[i] : 0.f) + rstd * g[i] * dv[i] - k * hv[i];
         dgain[c + i] += dv[i] * hv[i] * rstd;
+        amax = max(amax, dres ? stored_abs_bits<TR>(out[i]) : stored_abs_bits<TH>(out[i]));
       }
       store<N>(dx + c, out);
       if (dres) store<N>(dres + c, out);
@@ -99,6 +107,7 @@ __global__ void add_rmsnorm_bwd_kernel(const AddRmsNormBwdParams p) {
   for (int c = threadIdx.x * N; c < C; c += blockDim.x * N)
 #pragma unroll
     for (int i = 0; i < N; ++i) partial[c + i] = dgain[c + i];
+  if (p.dresidual_amax) block_amax_commit(amax, p.dresidual_amax);
 }
 
 // dg[c] = Σ_b partial[b, c]. A block takes 32 columns (one coalesced 128-byte row segment per warp)
@@ -146,12 +155,13 @@ int64_t add_rmsnorm_bwd_partial_rows(int64_t rows) {
 
 void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
   check_cols(p.cols, "add_rmsnorm forward");
+  auto st = static_cast<cudaStream_t>(stream);
+  zero_amax(p.y_amax, st);
   if (p.rows == 0) return;
   if (p.rows > 0x7fffffff) throw std::runtime_error("add_rmsnorm forward: more than 2^31 - 1 rows in one launch");
   const bool vec = p.cols % 4 == 0 && aligned(p.x, 16) && aligned(p.residual, 16) && aligned(p.h_out, 16) &&
                    aligned(p.y_out, 16) && aligned(p.gain, 16);
   const int threads = threads_for_row(vec ? p.cols / 4 : p.cols);
-  auto st = static_cast<cudaStream_t>(stream);
   with_types(p.x_dtype, p.residual_dtype, p.y_dtype, [&](auto tx, auto tr, auto ty) {
     using TX = typename decltype(tx)::type;
     using TR = typename decltype(tr)::type;
@@ -165,6 +175,7 @@ void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
 void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& p, void* stream) {
   check_cols(p.cols, "add_rmsnorm backward");
   auto st = static_cast<cudaStream_t>(stream);
+  zero_amax(p.dresidual_amax, st);
   if (p.rows == 0) {
     LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.dgain_out, 0, sizeof(float) * p.cols, st));
     return;

@@ -8,6 +8,9 @@
 //             dg = Σ_rows dy ⊙ h · rstd
 // One launch each way (the backward adds a small column sum of per-block partials of dg, so the sum
 // is deterministic). All row-major tensors contiguous (rows, C).
+// FP8 (issue 27): y and the residual's gradient are FP8 GEMM operands (QKV or W1/W3 input; the dY of
+// the output projection or W2); given a slot, each kernel also takes max |·| of what it stores there,
+// bit-identical to fp8_amax_kernel's pass over the stored tensor (kernels/fp8_amax.cuh).
 #pragma once
 #include <cstdint>
 
@@ -25,6 +28,7 @@ struct AddRmsNormFwdParams {
   void* h_out = nullptr;           // (rows, C), x_dtype; needed when residual is given
   void* y_out = nullptr;           // (rows, C), y_dtype
   float* rstd_out = nullptr;       // (rows)
+  uint32_t* y_amax = nullptr;      // or null: max |y| as stored, float bits (fp8_scale.h); zeroed by the launcher
   int64_t rows = 0;
   int cols = 0;
   float eps = 1e-5f;
@@ -41,6 +45,9 @@ struct AddRmsNormBwdParams {
   void* dresidual_out = nullptr;  // (rows, C), residual_dtype, or null (then the caller uses dx)
   float* dgain_partial = nullptr;  // workspace (add_rmsnorm_bwd_partial_rows(rows), C) fp32
   float* dgain_out = nullptr;      // (C)
+  // Or null: max |residual's gradient| as stored (dresidual_out, or dx_out when that is null), float
+  // bits (fp8_scale.h); zeroed by the launcher.
+  uint32_t* dresidual_amax = nullptr;
   int64_t rows = 0;
   int cols = 0;
   FusedDtype h_dtype = FusedDtype::kFP32, residual_dtype = FusedDtype::kFP32, y_dtype = FusedDtype::kFP32;

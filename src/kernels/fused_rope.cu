@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_amax.cuh"
 #include "kernels/fused_rope_params.h"
 
 namespace lmscale::kernels {
@@ -21,14 +22,20 @@ struct Pair<__nv_bfloat16> {
   __device__ static float2 load(const void* base, int64_t i) {
     return __bfloat1622float2(reinterpret_cast<const Vec*>(base)[i / 2]);
   }
-  __device__ static void store(void* base, int64_t i, float2 v) {
-    reinterpret_cast<Vec*>(base)[i / 2] = __float22bfloat162_rn(v);
+  // Returns v as stored (rounded to bf16), for the amax.
+  __device__ static float2 store(void* base, int64_t i, float2 v) {
+    const Vec r = __float22bfloat162_rn(v);
+    reinterpret_cast<Vec*>(base)[i / 2] = r;
+    return __bfloat1622float2(r);
   }
 };
 template <>
 struct Pair<float> {
   __device__ static float2 load(const void* base, int64_t i) { return reinterpret_cast<const float2*>(base)[i / 2]; }
-  __device__ static void store(void* base, int64_t i, float2 v) { reinterpret_cast<float2*>(base)[i / 2] = v; }
+  __device__ static float2 store(void* base, int64_t i, float2 v) {
+    reinterpret_cast<float2*>(base)[i / 2] = v;
+    return v;
+  }
 };
 
 // Element offsets of pair `p` (over B·T rows × C/2 pairs) in the row-major (B·T, ·) input and in the
@@ -70,16 +77,23 @@ __global__ void __launch_bounds__(kThreads) rope_qkv_fwd_kernel(const RopeQkvPar
   Pair<T>::store(s.v_out, x.head_out, Pair<T>::load(s.qkv_in, in + 2 * x.C));
 }
 
+__device__ __forceinline__ uint32_t max_abs_bits(uint32_t m, float2 v) {
+  return max(m, max(abs_bits(v.x), abs_bits(v.y)));
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rope_qkv_bwd_kernel(const RopeQkvParams s, int64_t total_pairs) {
   const int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (p >= total_pairs) return;
-  const PairIndex x = locate(p, s);
-  const int64_t out = x.row * 3 * x.C + x.col;
-  // The rotation is orthogonal: its gradient is the rotation by −angle.
-  Pair<T>::store(s.qkv_grad, out, rotate(Pair<T>::load(s.q, x.head_out), x.cs, -1.f));
-  Pair<T>::store(s.qkv_grad, out + x.C, rotate(Pair<T>::load(s.k, x.head_out), x.cs, -1.f));
-  Pair<T>::store(s.qkv_grad, out + 2 * x.C, Pair<T>::load(s.v, x.head_out));
+  uint32_t amax = 0;  // of what this thread stores; no early return: the block commits it together
+  if (p < total_pairs) {
+    const PairIndex x = locate(p, s);
+    const int64_t out = x.row * 3 * x.C + x.col;
+    // The rotation is orthogonal: its gradient is the rotation by −angle.
+    amax = max_abs_bits(amax, Pair<T>::store(s.qkv_grad, out, rotate(Pair<T>::load(s.q, x.head_out), x.cs, -1.f)));
+    amax = max_abs_bits(amax, Pair<T>::store(s.qkv_grad, out + x.C, rotate(Pair<T>::load(s.k, x.head_out), x.cs, -1.f)));
+    amax = max_abs_bits(amax, Pair<T>::store(s.qkv_grad, out + 2 * x.C, Pair<T>::load(s.v, x.head_out)));
+  }
+  if (s.qkv_grad_amax) block_amax_commit(amax, s.qkv_grad_amax);
 }
 
 template <bool Backward>
@@ -87,10 +101,11 @@ void launch(const RopeQkvParams& s, void* stream) {
   if (s.head_dim <= 0 || s.head_dim % 2)
     throw std::runtime_error("rope_qkv: head_dim must be positive and even, got " + std::to_string(s.head_dim));
   const int64_t total = static_cast<int64_t>(s.batch) * s.seqlen * s.heads * (s.head_dim / 2);
+  auto st = static_cast<cudaStream_t>(stream);
+  if (Backward) zero_amax(s.qkv_grad_amax, st);
   if (total == 0) return;
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) throw std::runtime_error("rope_qkv: too many elements for one launch");
-  auto st = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(blocks));
   if (s.dtype == RopeDtype::kBF16) {
     if (Backward) rope_qkv_bwd_kernel<__nv_bfloat16><<<grid, kThreads, 0, st>>>(s, total);

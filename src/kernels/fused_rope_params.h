@@ -3,7 +3,8 @@
 // q and k rotated (interleaved pairs (2i, 2i+1) by angle t·θ^(−2i/D), docs/spec.md §1) and v as it
 // is, all three in the attention layout (B, H, T, D), contiguous: one pass instead of a split, two
 // upcasts, two complex multiplies, two downcasts and a copy of v. Backward is the transpose: dq and
-// dk rotated back, dv copied, into the GEMM output's gradient (B·T, 3C).
+// dk rotated back, dv copied, into the GEMM output's gradient (B·T, 3C), which is the QKV GEMM's dY:
+// given a slot, the backward also takes its max |·| as stored (FP8, issue 27; kernels/fp8_amax.cuh).
 #pragma once
 #include <cstdint>
 
@@ -21,6 +22,7 @@ struct RopeQkvParams {
   void* k_out = nullptr;
   void* v_out = nullptr;
   const float* rotation = nullptr;  // (≥T, D/2, 2) fp32 (cos, sin), position-major, contiguous
+  uint32_t* qkv_grad_amax = nullptr;  // bwd, or null: max |qkv_grad| as stored, float bits (fp8_scale.h); zeroed by the launcher
   int64_t qkv_row_stride = 0;       // elements between rows of qkv_in (3C when dense)
   int batch = 0, seqlen = 0, heads = 0, head_dim = 0;  // head_dim even
   RopeDtype dtype = RopeDtype::kBF16;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_amax.cuh"
 #include "kernels/fused_elementwise.cuh"
 #include "kernels/fused_swiglu_params.h"
 
@@ -17,10 +18,12 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float a) { return 1.f / (1.f + __expf(-a)); }
 
-// Forward writes out; Backward writes da and db from dout.
+// Forward writes out; Backward writes da and db from dout. Each also maxes |·| of what it stores
+// into the amax slots it is given.
 template <typename T, int N, bool Backward>
 __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwiGluParams p, int64_t vectors) {
   const int64_t per_row = p.cols / N;
+  uint32_t amax_a = 0, amax_b = 0;  // out (forward) or da; db
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < vectors;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t row = i / per_row, col = (i - row * per_row) * N;
@@ -29,7 +32,10 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwiGluParams p, 
     load<N>(static_cast<const T*>(p.b) + row * p.b_stride + col, b);
     if constexpr (!Backward) {
 #pragma unroll
-      for (int k = 0; k < N; ++k) a[k] = a[k] * sigmoid(a[k]) * b[k];
+      for (int k = 0; k < N; ++k) {
+        a[k] = a[k] * sigmoid(a[k]) * b[k];
+        amax_a = max(amax_a, stored_abs_bits<T>(a[k]));
+      }
       store<N>(static_cast<T*>(p.out) + row * p.cols + col, a);
     } else {
       float d[N];
@@ -40,17 +46,23 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(const SwiGluParams p, 
         const float da = d[k] * b[k] * s * (1.f + a[k] * (1.f - s));
         b[k] = d[k] * silu;  // db
         a[k] = da;
+        amax_a = max(amax_a, stored_abs_bits<T>(a[k]));
+        amax_b = max(amax_b, stored_abs_bits<T>(b[k]));
       }
       store<N>(static_cast<T*>(p.da) + row * p.da_stride + col, a);
       store<N>(static_cast<T*>(p.db) + row * p.db_stride + col, b);
     }
   }
+  if (uint32_t* slot = Backward ? p.da_amax : p.out_amax) block_amax_commit(amax_a, slot);
+  if (Backward && p.db_amax) block_amax_commit(amax_b, p.db_amax);
 }
 
 template <bool Backward>
 void launch(const SwiGluParams& p, void* stream) {
-  if (p.rows == 0 || p.cols == 0) return;
   auto st = static_cast<cudaStream_t>(stream);
+  zero_amax(Backward ? p.da_amax : p.out_amax, st);
+  if (Backward) zero_amax(p.db_amax, st);
+  if (p.rows == 0 || p.cols == 0) return;
   with_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = 16 / sizeof(T);

@@ -5,6 +5,8 @@
 //   backward  da = dout · b · σ(a) · (1 + a · (1 − σ(a))),   db = dout · silu(a)
 // Inputs and outputs (rows, F), one dtype for all, last dim contiguous; a, b, da, db may have a
 // row stride (column blocks of one wider GEMM operand); out and dout are contiguous.
+// FP8 (issue 27): out is W2's input, da and db the dY of W1 and W3; given a slot, the kernel also
+// takes max |·| of what it stores there, bit-identical to fp8_amax_kernel's pass (kernels/fp8_amax.cuh).
 #pragma once
 #include <cstdint>
 
@@ -21,6 +23,11 @@ struct SwiGluParams {
   void* da = nullptr;          // backward: (rows, F), row stride da_stride
   void* db = nullptr;          // backward: (rows, F), row stride db_stride
   int64_t da_stride = 0, db_stride = 0;
+  // Or null: max |out| (forward), max |da|, max |db| (backward) as stored, float bits (fp8_scale.h);
+  // zeroed by the launcher.
+  uint32_t* out_amax = nullptr;
+  uint32_t* da_amax = nullptr;
+  uint32_t* db_amax = nullptr;
   int64_t rows = 0, cols = 0;
   FusedDtype dtype = FusedDtype::kBF16;
 };

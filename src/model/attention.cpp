@@ -119,7 +119,8 @@ torch::Tensor CausalSelfAttentionImpl::packed_bf16_copy() const {
   return adjacent ? rows_alias(q_proj->weight_bf16) : torch::Tensor();
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax,
+                                               const ops::Fp8AmaxSlot& dy_amax) {
   ScopedRange range("attention");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads, D = C / H;
   // (B, T, C) → (B, T, H, D) → (B, H, T, D): heads split from the last dim.
@@ -132,10 +133,15 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
                         adjacent_rows(q_proj->weight_bf16, k_proj->weight_bf16, v_proj->weight_bf16);
     const bool grad = torch::GradMode::is_enabled() && q_proj->weight.requires_grad();
     torch::Tensor qkv;
-    if (q_proj->uses_fp8(xc))
+    // The QKV GEMM's dY is written by the fused RoPE's backward, which then records its amax too.
+    ops::Fp8AmaxSlot qkv_dy_amax;
+    if (q_proj->uses_fp8(xc)) {
+      if (fused_rope) qkv_dy_amax = q_proj->fp8_amax_slot();
+      const auto qx = quantize_fp8_input(xc, x_amax);
       qkv = linear_fp8(xc, rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight),
-                       {q_proj->weight, k_proj->weight, v_proj->weight}, copies ? q_proj->fp8_weight() : nullptr);
-    else if (copies && grad)
+                       {q_proj->weight, k_proj->weight, v_proj->weight}, copies ? q_proj->fp8_weight() : nullptr, &qx,
+                       qkv_dy_amax);
+    } else if (copies && grad)
       qkv = linear_on_bf16_copy(xc, rows_alias(q_proj->weight_bf16),
                                 {q_proj->weight, k_proj->weight, v_proj->weight});
     else if (grad)
@@ -145,7 +151,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     if (fused_rope) {
       TORCH_CHECK(T <= rope->rotation.size(0), "sequence length ", T, " exceeds the model's context length ",
                   rope->rotation.size(0), ": raise the context length of the model (--model-context)");
-      std::tie(q, k, v) = ops::rope_qkv(qkv, rope->rotation, H);
+      std::tie(q, k, v) = ops::rope_qkv(qkv, rope->rotation, H, qkv_dy_amax);
     } else {
       auto parts = qkv.chunk(3, -1);
       q = rope(split(parts[0]));
@@ -158,7 +164,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     v = split(v_proj(xc));
   }
   auto o = attention_core(q, k, v, /*causal=*/true, backend);  // (B, H, T, D)
-  return output_proj(o.transpose(1, 2).reshape({B, T, C}));
+  auto o_rows = o.transpose(1, 2).reshape({B, T, C});
+  // O's amax stays a pass of the cast: the attention kernels do not take it.
+  if (dy_amax && output_proj->uses_fp8(o_rows)) return output_proj->forward_fp8(o_rows, nullptr, dy_amax);
+  return output_proj(o_rows);
 }
 
 }  // namespace lmscale

@@ -20,7 +20,11 @@ torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, con
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const ModelConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) → (B, T, C)
+  // (B, T, C) → (B, T, C). FP8 (ops/fp8_amax.h): x_amax holds x's amax when its producer recorded it
+  // (read by the packed QKV GEMM's cast); dy_amax is the slot for the amax of the output's gradient
+  // (the output projection's dY), filled by its producer.
+  torch::Tensor forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax = {},
+                        const ops::Fp8AmaxSlot& dy_amax = {});
 
   // Puts the q, k, v weights (and their bf16 copies, where attached) into one [3C, C] block each,
   // the three parameters becoming row blocks of it: names, shapes and values stay as docs/spec.md §1

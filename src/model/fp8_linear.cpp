@@ -15,12 +15,13 @@ constexpr auto kGradient = at::kFloat8_e5m2;    // dY
 
 struct LinearFp8 : torch::autograd::Function<LinearFp8> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& source,
-                            at::TensorList weights, const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x) {
+                            at::TensorList weights, const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x,
+                            const ops::Fp8AmaxSlot& dy_amax) {
     const int64_t N = source.size(0);
     const bool grad = ctx != nullptr;
     // Row-major X for Y; Xᵀ (its column-major view) for dW. Row-major W is Wᵀ column-major for Y;
     // Wᵀ row-major is W column-major for dX.
-    auto qx = quantized_x ? *quantized_x : quantize(x, grad);
+    auto qx = quantized_x ? *quantized_x : quantize(x, grad, {});
     auto qw = cached ? *cached : ops::fp8_quantize(source.detach(), kForward, /*row_major=*/true, /*transposed=*/grad);
     auto y = ops::fp8_mm(qx.data, qw.data.t(), qx.inv_scale, qw.inv_scale, at::kBFloat16, /*fast_accum=*/true);
     if (grad) {
@@ -30,6 +31,7 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
       std::vector<int64_t> rows;  // the weights' row blocks, which need not be equal
       for (const auto& w : weights) rows.push_back(w.size(0));
       ctx->saved_data["block_rows"] = rows;
+      ops::save_fp8_amax_slot(ctx, "dy_amax", dy_amax);
     }
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = N;
@@ -40,8 +42,8 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
     const auto saved = ctx->get_saved_variables();
     const auto &x_t = saved[0], &inv_x = saved[1], &w_t = saved[2], &inv_w = saved[3];
     const int64_t N = w_t.size(1);  // w_t is Wᵀ: (K, N)
-    auto qg = ops::fp8_quantize(g[0].to(at::kBFloat16).reshape({-1, N}), kGradient, /*row_major=*/true,
-                                /*transposed=*/true);
+    auto qg = cast(g[0].to(at::kBFloat16).reshape({-1, N}), kGradient, /*transposed=*/true,
+                   ops::saved_fp8_amax_slot(ctx, "dy_amax"));
     torch::autograd::tensor_list grads;
     if (ctx->needs_input_grad(0)) {
       const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
@@ -55,19 +57,28 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
     for (auto& part : dw.split_with_sizes(ctx->saved_data["block_rows"].toIntVector(), 0)) grads.push_back(part);
     grads.emplace_back();  // `cached`
     grads.emplace_back();  // `quantized_x`
+    grads.emplace_back();  // `dy_amax`
     return grads;
   }
 
   // X (..., K) as rows of K, e4m3, with Xᵀ when the backward will need it.
-  static ops::Fp8Tensor quantize(const at::Tensor& x, bool transposed) {
-    return ops::fp8_quantize(x.to(at::kBFloat16).reshape({-1, x.size(-1)}), kForward, /*row_major=*/true, transposed);
+  static ops::Fp8Tensor quantize(const at::Tensor& x, bool transposed, const ops::Fp8AmaxSlot& x_amax) {
+    return cast(x.to(at::kBFloat16).reshape({-1, x.size(-1)}), kForward, transposed, x_amax);
+  }
+
+  // x2 (rows, cols) row-major, and transposed if asked, with the amax its producer recorded in `slot`
+  // when that is x2's (the cast alone), or with an amax pass of its own.
+  static ops::Fp8Tensor cast(const at::Tensor& x2, at::ScalarType fp8, bool transposed, const ops::Fp8AmaxSlot& slot) {
+    const auto bits = slot ? slot->bits_for(x2) : at::Tensor();
+    if (bits.defined()) return ops::fp8_quantize(x2, fp8, /*row_major=*/true, transposed, bits);
+    return ops::fp8_quantize(x2, fp8, /*row_major=*/true, transposed);
   }
 };
 
 }  // namespace
 
 at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
-                      const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x) {
+                      const ops::Fp8Tensor* cached, const ops::Fp8Tensor* quantized_x, const ops::Fp8AmaxSlot& dy_amax) {
   TORCH_CHECK(x.size(-1) == source.size(1), "linear_fp8: x has ", x.size(-1), " features but the weight takes ",
               source.size(1));
   TORCH_CHECK(!weights.empty(), "linear_fp8: no weights to give the gradient to");
@@ -80,12 +91,12 @@ at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorL
                     quantized_x->data.numel() == x.numel() && (!grad || quantized_x->data_t.defined()),
                 "linear_fp8: the quantized input does not match x ", x.sizes(),
                 grad ? " (with gradients on it needs its transposed copy: quantize_fp8_input)" : "");
-  if (!grad) return LinearFp8::forward(nullptr, x, source, weights, cached, quantized_x);
-  return LinearFp8::apply(x, source, weights, cached, quantized_x);
+  if (!grad) return LinearFp8::forward(nullptr, x, source, weights, cached, quantized_x, dy_amax);
+  return LinearFp8::apply(x, source, weights, cached, quantized_x, dy_amax);
 }
 
-ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x) {
-  return LinearFp8::quantize(x, /*transposed=*/torch::GradMode::is_enabled());
+ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x, const ops::Fp8AmaxSlot& x_amax) {
+  return LinearFp8::quantize(x, /*transposed=*/torch::GradMode::is_enabled(), x_amax);
 }
 
 bool fp8_linear_ok(const at::Tensor& x, int64_t out_features) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <vector>
 
+#include "ops/fp8_amax.h"
 #include "ops/fp8_quantize.h"
 
 namespace lmscale {
@@ -28,12 +29,17 @@ namespace lmscale {
 // optimizer keeps current, TransformerLM::attach_fp8_weights); the forward then casts only x.
 // `quantized_x`, when given, is x already quantized by quantize_fp8_input: two layers that read the same
 // input (SwiGLU's W1 and W3) share one amax and one cast of it.
+// `dy_amax`, when given, is the slot in which the kernel that writes this layer's output gradient
+// records its amax (ops/fp8_amax.h: RMSNorm's, SwiGLU's or RoPE's backward); the backward then casts
+// dY without an amax pass of its own (and takes one when the slot holds no amax of that very dY).
 at::Tensor linear_fp8(const at::Tensor& x, const at::Tensor& source, at::TensorList weights,
-                      const ops::Fp8Tensor* cached = nullptr, const ops::Fp8Tensor* quantized_x = nullptr);
+                      const ops::Fp8Tensor* cached = nullptr, const ops::Fp8Tensor* quantized_x = nullptr,
+                      const ops::Fp8AmaxSlot& dy_amax = {});
 
 // x as linear_fp8 quantizes it (e4m3, per-tensor scale; with the transposed copy the backward's dW needs
-// when gradients are on), for passing to several linear_fp8 calls on the same x.
-ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x);
+// when gradients are on), for passing to several linear_fp8 calls on the same x. With `x_amax` holding
+// x's amax (recorded by the kernel that wrote x, ops/fp8_amax.h), only the cast runs.
+ops::Fp8Tensor quantize_fp8_input(const at::Tensor& x, const ops::Fp8AmaxSlot& x_amax = {});
 
 // Whether x can go through linear_fp8 with a weight of `out_features` rows.
 bool fp8_linear_ok(const at::Tensor& x, int64_t out_features);

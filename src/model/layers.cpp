@@ -131,17 +131,30 @@ const ops::Fp8Tensor* LinearImpl::fp8_weight() const {
   return weight_fp8.data.defined() && bf16_copy_current() ? &weight_fp8 : nullptr;
 }
 
-torch::Tensor LinearImpl::fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x) {
-  return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), quantized_x);
+ops::Fp8AmaxSlot LinearImpl::fp8_amax_slot() const {
+  const auto dev = weight.device().type();
+  const bool on = fp8 && fp8_producer_amax && at::autocast::is_autocast_enabled(dev) &&
+                  at::autocast::get_autocast_dtype(dev) == torch::kBFloat16;
+  return on ? ops::new_fp8_amax_slot() : ops::Fp8AmaxSlot();
+}
+
+torch::Tensor LinearImpl::fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x,
+                                   const ops::Fp8AmaxSlot& dy_amax) {
+  return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), quantized_x, dy_amax);
 }
 
 torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x) {
+  return forward_fp8(x, &quantized_x, {});
+}
+
+torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x,
+                                      const ops::Fp8AmaxSlot& dy_amax) {
   TORCH_CHECK(uses_fp8(x), "Linear::forward_fp8: this layer does not take the FP8 path for x ", x.sizes());
-  return fp8_gemm(x, &quantized_x);
+  return fp8_gemm(x, quantized_x, dy_amax);
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  if (uses_fp8(x)) return fp8_gemm(x, nullptr);
+  if (uses_fp8(x)) return fp8_gemm(x, nullptr, {});
   if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
     return linear_on_bf16_copy(x, weight_bf16, {weight});
   return torch::linear(x, autocast_weight());
@@ -168,11 +181,14 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return at::rms_norm(x32, {x32.size(-1)}, gain, eps).to(x.scalar_type());
 }
 
-std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& residual) {
+std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                                                 const ops::Fp8AmaxSlot& y_amax,
+                                                                 const ops::Fp8AmaxSlot& dresidual_amax) {
   const auto dev = x.device().type();
   const auto h_dtype = residual.defined() ? at::promote_types(x.scalar_type(), residual.scalar_type()) : x.scalar_type();
   const bool autocast = at::autocast::is_autocast_enabled(dev) && x.is_floating_point();
-  return ops::add_rmsnorm(x, residual, gain, eps, autocast ? at::autocast::get_autocast_dtype(dev) : h_dtype);
+  return ops::add_rmsnorm(x, residual, gain, eps, autocast ? at::autocast::get_autocast_dtype(dev) : h_dtype, y_amax,
+                          dresidual_amax);
 }
 
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
@@ -181,19 +197,26 @@ SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
   w3 = register_module("w3", Linear(d_model, d_ff));
 }
 
-torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
+torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax,
+                                  const ops::Fp8AmaxSlot& dy_amax) {
   auto xc = cast_for_autocast(x);  // once for W1 and W3
   torch::Tensor a, b;
+  ops::Fp8AmaxSlot da_amax, db_amax;  // W1's and W3's dY, written by the gate's backward (fused_gate)
   if (w1->uses_fp8(xc) && w3->uses_fp8(xc)) {
-    const auto qx = quantize_fp8_input(xc);  // one amax and one cast of the input both GEMMs read
-    a = w1->forward_fp8(xc, qx);
-    b = w3->forward_fp8(xc, qx);
+    // One amax (x's producer's when it recorded one) and one cast of the input both GEMMs read.
+    const auto qx = quantize_fp8_input(xc, x_amax);
+    if (fused_gate) da_amax = w1->fp8_amax_slot(), db_amax = w3->fp8_amax_slot();
+    a = w1->forward_fp8(xc, &qx, da_amax);
+    b = w3->forward_fp8(xc, &qx, db_amax);
   } else {
     a = w1(xc);
     b = w3(xc);
   }
-  if (fused_gate) return w2(ops::silu_mul(a, b));
-  return w2(torch::silu(a) * b);
+  ops::Fp8AmaxSlot gate_amax = fused_gate ? w2->fp8_amax_slot() : ops::Fp8AmaxSlot();
+  auto gate = fused_gate ? ops::silu_mul(a, b, gate_amax, da_amax, db_amax) : torch::silu(a) * b;
+  if (!w2->uses_fp8(gate)) return w2(gate);
+  const auto qgate = quantize_fp8_input(gate, gate_amax);
+  return w2->forward_fp8(gate, &qgate, dy_amax);
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(double theta, int64_t d_head, int64_t max_seq_len) {

@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "ops/fp8_amax.h"
 #include "ops/fp8_quantize.h"
 
 namespace lmscale {
@@ -42,6 +43,14 @@ class LinearImpl : public torch::nn::Module {
   // forward on the FP8 path (uses_fp8(x) must hold) with x already quantized by quantize_fp8_input, so that
   // layers reading one input share its cast (SwiGLU's W1 and W3).
   torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x);
+  // The same with what the neighbouring kernels did for this layer: x quantized (null: quantized
+  // here), and the slot in which the kernel that writes this layer's output gradient records its amax
+  // (ops/fp8_amax.h; undefined: the backward takes dY's amax itself).
+  torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x, const ops::Fp8AmaxSlot& dy_amax);
+  // A slot for a producer to record an amax this layer's FP8 casts read (its input's, or its output
+  // gradient's), when the layer runs in FP8 (fp8 set, bf16 autocast on) with fp8_producer_amax on;
+  // undefined otherwise, so that producers for bf16 layers take no amax.
+  ops::Fp8AmaxSlot fp8_amax_slot() const;
   void reset_parameters();                        // trunc normal, std √(2/(in+out))
   // The weight as a matmul without gradient reads it under autocast: the bf16 copy when it is
   // current (see attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).
@@ -65,12 +74,15 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor weight_bf16;                      // undefined unless attach_bf16_copy ran
   int64_t weight_bf16_version = -1;
   bool fp8 = false;
+  // The amax of the FP8 casts' operands from the kernels that write them (fp8_amax_slot), instead of
+  // a pass of its own per cast. Bit-identical either way; off only to compare the two.
+  bool fp8_producer_amax = true;
   ops::Fp8Tensor weight_fp8;  // e4m3, both layouts; for packed q/k/v held by q_proj for the block
 
  private:
   // x · weightᵀ through linear_fp8 (the bf16 copy and cached FP8 weight when current), x quantized here
   // unless given.
-  torch::Tensor fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x);
+  torch::Tensor fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x, const ops::Fp8AmaxSlot& dy_amax);
 };
 TORCH_MODULE(Linear);
 
@@ -99,7 +111,11 @@ class RMSNormImpl : public torch::nn::Module {
   // The residual add fused in (ops::add_rmsnorm; one kernel each way on CUDA): h = x + residual
   // (residual undefined: h is x) and y = RMSNorm(h), y already in the autocast dtype when autocast is
   // on (the next matmul would cast it anyway). The same values as h = x + residual; forward(h).
-  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& residual);
+  // The slots (ops/fp8_amax.h), when given, receive y's amax and the residual gradient's amax for the
+  // FP8 GEMMs that read y and that wrote the residual.
+  std::pair<torch::Tensor, torch::Tensor> add_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                                      const ops::Fp8AmaxSlot& y_amax = {},
+                                                      const ops::Fp8AmaxSlot& dresidual_amax = {});
   torch::Tensor gain;  // (C), ones
   double eps;
 };
@@ -108,7 +124,10 @@ TORCH_MODULE(RMSNorm);
 class SwiGLUImpl : public torch::nn::Module {
  public:
   SwiGLUImpl(int64_t d_model, int64_t d_ff);
-  torch::Tensor forward(const torch::Tensor& x);  // W2(silu(W1 x) ⊙ W3 x)
+  // W2(silu(W1 x) ⊙ W3 x). FP8 (ops/fp8_amax.h): x_amax holds x's amax when its producer recorded it,
+  // dy_amax is the slot for the amax of the output's gradient (W2's dY), filled by its producer.
+  torch::Tensor forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax = {},
+                        const ops::Fp8AmaxSlot& dy_amax = {});
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
   bool fused_gate = false;  // silu(·) ⊙ (·) as one kernel each way (ops::silu_mul)
 };

@@ -24,11 +24,19 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::forward_fused_norms(const torch::Tensor& x,
-                                                                                const torch::Tensor& delta) {
-  auto [x1, y1] = ln1->add_forward(x, delta);
-  auto [h, y2] = ln2->add_forward(x1, attn(y1));
+                                                                                const torch::Tensor& delta,
+                                                                                ops::Fp8AmaxSlot* delta_dy_amax) {
+  // FP8 amax slots (undefined for bf16 layers): each producer records the amax of an operand it
+  // writes, for the cast of the GEMM that reads it. Forward: y1 (QKV's X), y2 (W1/W3's X). Backward:
+  // the gradient of attn's output (out_proj's dY, written by ln2) and of this block's delta.
+  const auto y1_amax = attn->q_proj->fp8_amax_slot(), y2_amax = ffn->w1->fp8_amax_slot();
+  const auto attn_dy_amax = attn->output_proj->fp8_amax_slot();
+  auto [x1, y1] = ln1->add_forward(x, delta, y1_amax, delta_dy_amax ? *delta_dy_amax : ops::Fp8AmaxSlot());
+  auto [h, y2] = ln2->add_forward(x1, attn(y1, y1_amax, attn_dy_amax), y2_amax, attn_dy_amax);
   ScopedRange r("ffn");
-  return {h, ffn(y2)};
+  const auto ffn_dy_amax = ffn->w2->fp8_amax_slot();
+  if (delta_dy_amax) *delta_dy_amax = ffn_dy_amax;
+  return {h, ffn(y2, y2_amax, ffn_dy_amax)};
 }
 
 TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : config(cfg) {
@@ -49,8 +57,10 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   auto x = token_embeddings(tokens);
   if (fused_norms) {
     torch::Tensor delta;  // the residual stream is x + delta; each norm adds them as it reads them
-    for (const auto& layer : *layers) std::tie(x, delta) = layer->as<TransformerBlock>()->forward_fused_norms(x, delta);
-    return lm_head(ln_final->add_forward(x, delta).second);
+    ops::Fp8AmaxSlot delta_dy_amax;  // the slot for delta's gradient amax, which the next norm writes
+    for (const auto& layer : *layers)
+      std::tie(x, delta) = layer->as<TransformerBlock>()->forward_fused_norms(x, delta, &delta_dy_amax);
+    return lm_head(ln_final->add_forward(x, delta, {}, delta_dy_amax).second);
   }
   for (const auto& layer : *layers) x = layer->as<TransformerBlock>()->forward(x);
   return lm_head(ln_final(x));
@@ -71,6 +81,7 @@ void TransformerLMImpl::use_fused_swiglu(bool on) {
 void TransformerLMImpl::use_fp8(const Fp8Layers& f) {
   auto mark = [&](LinearImpl& lin, bool group_on) {
     lin.fp8 = group_on && std::min(lin.weight.size(0), lin.weight.size(1)) >= f.min_dim;
+    lin.fp8_producer_amax = f.producer_amax;
   };
   for (const auto& layer : *layers) {
     auto* block = layer->as<TransformerBlock>();

@@ -32,6 +32,9 @@ struct Fp8Layers {
   // The weights quantized once per step, right after their update, with the amax the AdamW kernel
   // takes as it writes the bf16 copies (attach_fp8_weights), instead of amax + cast in every forward.
   bool cached_weights = true;
+  // The activations' and gradients' amax taken by the kernels that write them (RMSNorm, the SwiGLU
+  // gate, RoPE's backward; LinearImpl::fp8_producer_amax) instead of a pass per cast. Bit-identical.
+  bool producer_amax = true;
 };
 
 class TransformerBlockImpl : public torch::nn::Module {
@@ -41,7 +44,11 @@ class TransformerBlockImpl : public torch::nn::Module {
   // The same block with each residual add fused into the RMSNorm that reads its sum: the input is
   // x + delta (delta undefined: x), the output (h, f) with h + f the block's output, the add left to
   // the next norm (the next block's ln1, or ln_final).
-  std::pair<torch::Tensor, torch::Tensor> forward_fused_norms(const torch::Tensor& x, const torch::Tensor& delta);
+  // `delta_dy_amax` (ops/fp8_amax.h), when given, carries the FP8 amax slot of delta's gradient from
+  // block to block: on entry the slot of the incoming delta (its gradient is written by ln1's backward,
+  // for the previous block's W2), on return that of the returned f (this block's W2 output).
+  std::pair<torch::Tensor, torch::Tensor> forward_fused_norms(const torch::Tensor& x, const torch::Tensor& delta,
+                                                              ops::Fp8AmaxSlot* delta_dy_amax = nullptr);
   RMSNorm ln1{nullptr}, ln2{nullptr};
   CausalSelfAttention attn{nullptr};
   SwiGLU ffn{nullptr};

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+
 #include "kernels/fp8_scale.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -14,6 +16,8 @@
 
 namespace lmscale::ops {
 namespace {
+
+std::atomic<int64_t> casts_with_own_amax{0};
 
 kernels::Fp8Format format_of(at::ScalarType fp8) {
   TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2, "fp8_quantize: target dtype ", fp8,
@@ -51,6 +55,7 @@ Fp8Tensor fp8_quantize(const at::Tensor& x_in, at::ScalarType fp8, bool row_majo
   TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat,
               "fp8_quantize: x is ", x_in.scalar_type(), "; give bf16 or fp32");
   const auto f = format_of(fp8);
+  ++casts_with_own_amax;
   if (!x_in.is_cuda()) return quantize_aten(x_in, fp8, row_major, transposed);
 #ifdef LMSCALE_HAS_KERNELS
   TORCH_CHECK(x_in.size(0) % 16 == 0 && x_in.size(1) % 16 == 0, "fp8_quantize: x is ", x_in.sizes(),
@@ -82,6 +87,22 @@ Fp8Tensor fp8_quantize(const at::Tensor& x_in, at::ScalarType fp8, bool row_majo
   TORCH_CHECK(false, "fp8_quantize on CUDA needs the lmscale kernels, which this build lacks: rebuild with nvcc");
 #endif
 }
+
+Fp8Tensor fp8_quantize(const at::Tensor& x_in, at::ScalarType fp8, bool row_major, bool transposed,
+                       const at::Tensor& amax_bits) {
+  TORCH_CHECK(x_in.dim() == 2, "fp8_quantize: x must be 2-D (rows, cols), got ", x_in.sizes());
+  TORCH_CHECK(row_major || transposed, "fp8_quantize: ask for at least one layout");
+  (void)format_of(fp8);
+  auto opts = x_in.options().dtype(fp8);
+  Fp8Tensor out;
+  if (row_major) out.data = at::empty({x_in.size(0), x_in.size(1)}, opts);
+  if (transposed) out.data_t = at::empty({x_in.size(1), x_in.size(0)}, opts);
+  out.inv_scale = at::empty({}, x_in.options().dtype(at::kFloat));
+  fp8_quantize_into(x_in, amax_bits, out);
+  return out;
+}
+
+int64_t fp8_casts_with_own_amax() { return casts_with_own_amax.load(); }
 
 void fp8_quantize_into(const at::Tensor& x_in, const at::Tensor& amax_bits, Fp8Tensor& out) {
   TORCH_CHECK(x_in.dim() == 2 && (x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat),

@@ -21,6 +21,16 @@ struct Fp8Tensor {
 // and cols must be multiples of 16 on CUDA (the FP8 GEMM's rule; fp8_shapes_ok).
 Fp8Tensor fp8_quantize(const at::Tensor& x, at::ScalarType fp8, bool row_major, bool transposed);
 
+// The same with x's amax already taken (`amax_bits`: int32, one element, max |x| as float bits,
+// fp8_scale.h), e.g. by the kernel that wrote x (ops/fp8_amax.h): only the cast runs. Bit-identical to
+// the call above when amax_bits is x's amax.
+Fp8Tensor fp8_quantize(const at::Tensor& x, at::ScalarType fp8, bool row_major, bool transposed,
+                       const at::Tensor& amax_bits);
+
+// How many fp8_quantize calls in this process took their own amax (the form without amax_bits): the
+// tests count the amax passes that the producers' amax spared.
+int64_t fp8_casts_with_own_amax();
+
 // Quantizes x into out's existing buffers (out.data and/or out.data_t, whichever are defined, their
 // dtype the format; out.inv_scale written), with the scale from `amax_bits` (int32, one element:
 // max |x| as float bits, fp8_scale.h) taken elsewhere, e.g. by the AdamW kernel as it wrote x. One

@@ -33,7 +33,8 @@ kernels::FusedDtype fused_dtype(c10::ScalarType t) {
 struct AddRmsNormKernel : torch::autograd::Function<AddRmsNormKernel> {
   static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
                                               const at::Tensor& residual_in, const at::Tensor& gain,
-                                              bool has_residual, double eps, int64_t y_dtype) {
+                                              bool has_residual, double eps, int64_t y_dtype,
+                                              const Fp8AmaxSlot& y_amax, const Fp8AmaxSlot& dresidual_amax) {
     c10::cuda::CUDAGuard guard(x_in.device());
     auto x = x_in.contiguous();
     auto residual = has_residual ? residual_in.contiguous() : at::Tensor();
@@ -57,8 +58,12 @@ struct AddRmsNormKernel : torch::autograd::Function<AddRmsNormKernel> {
     p.y_out = y.data_ptr();
     p.y_dtype = fused_dtype(y.scalar_type());
     p.rstd_out = rstd.data_ptr<float>();
+    at::Tensor y_amax_bits = y_amax ? empty_fp8_amax_bits(y) : at::Tensor();
+    if (y_amax) p.y_amax = reinterpret_cast<uint32_t*>(y_amax_bits.data_ptr<int32_t>());
     kernels::run_add_rmsnorm_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+    if (y_amax) y_amax->record(y, y_amax_bits);
     ctx->save_for_backward({h, gain, rstd});
+    if (has_residual) save_fp8_amax_slot(ctx, "dresidual_amax", dresidual_amax);
     ctx->saved_data["has_residual"] = has_residual;
     ctx->saved_data["residual_dtype"] = static_cast<int64_t>(residual_in.scalar_type());
     if (!has_residual) return {y};
@@ -98,8 +103,13 @@ struct AddRmsNormKernel : torch::autograd::Function<AddRmsNormKernel> {
     p.h_dtype = fused_dtype(h.scalar_type());
     p.residual_dtype = fused_dtype(separate_dres ? residual_dtype : h.scalar_type());
     p.y_dtype = fused_dtype(dy.scalar_type());
+    const auto dres_amax = saved_fp8_amax_slot(ctx, "dresidual_amax");  // only saved with a residual
+    at::Tensor dres_amax_bits = dres_amax ? empty_fp8_amax_bits(dres) : at::Tensor();
+    if (dres_amax) p.dresidual_amax = reinterpret_cast<uint32_t*>(dres_amax_bits.data_ptr<int32_t>());
     kernels::run_add_rmsnorm_bwd(p, at::cuda::getCurrentCUDAStream().stream());
-    return {dx, has_residual ? dres : at::Tensor(), dgain, at::Tensor(), at::Tensor(), at::Tensor()};
+    if (dres_amax) dres_amax->record(dres, dres_amax_bits);
+    // One per forward argument: x, residual, gain, has_residual, eps, y_dtype, y_amax, dresidual_amax.
+    return {dx, has_residual ? dres : at::Tensor(), dgain, {}, {}, {}, {}, {}};
   }
 };
 #endif
@@ -123,18 +133,24 @@ bool add_rmsnorm_uses_kernel(const at::Tensor& x, const at::Tensor& residual, co
 }
 
 std::pair<at::Tensor, at::Tensor> add_rmsnorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& gain,
-                                              double eps, c10::ScalarType y_dtype) {
+                                              double eps, c10::ScalarType y_dtype, const Fp8AmaxSlot& y_amax,
+                                              const Fp8AmaxSlot& dresidual_amax) {
   check_shapes(x, residual, gain);
 #ifdef LMSCALE_HAS_KERNELS
   if (x.numel() > 0 && add_rmsnorm_uses_kernel(x, residual, gain, y_dtype)) {
     const bool has_residual = residual.defined();
     auto out = AddRmsNormKernel::apply(x, has_residual ? residual : x, gain, has_residual, eps,
-                                       static_cast<int64_t>(y_dtype));
+                                       static_cast<int64_t>(y_dtype), y_amax, dresidual_amax);
     if (!has_residual) return {x, out[0]};
     return {out[0], out[1]};
   }
 #endif
-  return add_rmsnorm_reference(x, residual, gain, eps, y_dtype);
+  // The amax contract with ATen ops: the residual's gradient as autograd hands it over, y as returned.
+  auto r = residual.defined() ? record_grad_amax(residual, dresidual_amax) : residual;
+  auto [h, y] = add_rmsnorm_reference(x, r, gain, eps, y_dtype);
+  y = y.contiguous();
+  if (y_amax) y_amax->record(y, fp8_amax(y));
+  return {h, y};
 }
 
 std::pair<at::Tensor, at::Tensor> add_rmsnorm_reference(const at::Tensor& x, const at::Tensor& residual,

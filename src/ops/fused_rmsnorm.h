@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "ops/fp8_amax.h"
+
 namespace lmscale::ops {
 
 // Whether add_rmsnorm runs the CUDA kernels for these inputs (CUDA, bf16/fp32 tensors of one device,
@@ -18,8 +20,12 @@ bool add_rmsnorm_uses_kernel(const at::Tensor& x, const at::Tensor& residual, co
 // Differentiable in x, residual and gain. x (…, C); residual the same shape or undefined (then h is x
 // itself, the very tensor); gain (C). h has the dtype of x + residual, y has y_dtype (the autocast
 // dtype when a matmul reads it next, saving that cast).
+// FP8 (ops/fp8_amax.h): given y_amax, y's amax is recorded there as y is written; given dresidual_amax,
+// the backward records the amax of the residual's gradient as it writes it (the dY of the FP8 GEMM
+// that produced the residual). The CPU path keeps the same contract with ATen ops.
 std::pair<at::Tensor, at::Tensor> add_rmsnorm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& gain,
-                                              double eps, c10::ScalarType y_dtype);
+                                              double eps, c10::ScalarType y_dtype, const Fp8AmaxSlot& y_amax = {},
+                                              const Fp8AmaxSlot& dresidual_amax = {});
 
 // The same with ATen ops on any device and float dtype (the norm in at least fp32): the CPU path and
 // the tests' oracle (run in fp64).

@@ -42,7 +42,7 @@ kernels::RopeQkvParams params_for(const at::Tensor& qkv_like, const at::Tensor& 
 
 struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
   static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv_in,
-                                              const at::Tensor& rotation, int64_t heads) {
+                                              const at::Tensor& rotation, int64_t heads, const Fp8AmaxSlot& dqkv_amax) {
     c10::cuda::CUDAGuard guard(qkv_in.device());
     // Rows of the (B·T, 3C) matrix must be dense; a GEMM output always is.
     auto qkv = qkv_in.stride(2) == 1 && qkv_in.stride(0) == qkv_in.size(1) * qkv_in.stride(1) ? qkv_in
@@ -60,6 +60,7 @@ struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
     ctx->save_for_backward({rotation});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["shape"] = qkv.sizes().vec();
+    save_fp8_amax_slot(ctx, "dqkv_amax", dqkv_amax);
     return {q, k, v};
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
@@ -80,8 +81,12 @@ struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
     p.k = d[1].data_ptr();
     p.v = d[2].data_ptr();
     p.qkv_grad = dqkv.data_ptr();
+    const auto dqkv_amax = saved_fp8_amax_slot(ctx, "dqkv_amax");
+    at::Tensor dqkv_amax_bits = dqkv_amax ? empty_fp8_amax_bits(dqkv) : at::Tensor();
+    if (dqkv_amax) p.qkv_grad_amax = reinterpret_cast<uint32_t*>(dqkv_amax_bits.data_ptr<int32_t>());
     kernels::run_rope_qkv_bwd(p, at::cuda::getCurrentCUDAStream().stream());
-    return {dqkv, at::Tensor(), at::Tensor()};
+    if (dqkv_amax) dqkv_amax->record(dqkv, dqkv_amax_bits);
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 #endif
@@ -99,16 +104,17 @@ bool rope_qkv_uses_kernel(const at::Tensor& qkv) {
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, const at::Tensor& rotation,
-                                                        int64_t heads) {
+                                                        int64_t heads, const Fp8AmaxSlot& dqkv_amax) {
   check_rope_qkv_shapes(qkv, rotation, heads);
 #ifdef LMSCALE_HAS_KERNELS
   if (rope_qkv_uses_kernel(qkv) && rotation.is_cuda() && rotation.scalar_type() == at::kFloat &&
       rotation.is_contiguous() && rotation.device() == qkv.device()) {
-    auto out = RopeQkvKernel::apply(qkv, rotation, heads);
+    auto out = RopeQkvKernel::apply(qkv, rotation, heads, dqkv_amax);
     return {out[0], out[1], out[2]};
   }
 #endif
-  return rope_qkv_reference(qkv, rotation, heads);
+  // The amax contract with ATen ops: qkv's gradient as autograd hands it over.
+  return rope_qkv_reference(record_grad_amax(qkv, dqkv_amax), rotation, heads);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv_reference(const at::Tensor& qkv, const at::Tensor& rotation,

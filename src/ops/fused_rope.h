@@ -6,6 +6,8 @@
 
 #include <tuple>
 
+#include "ops/fp8_amax.h"
+
 namespace lmscale::ops {
 
 // Throws, naming the problem, unless qkv is (B, T, 3C) with C = heads × an even D and rotation covers
@@ -17,8 +19,10 @@ void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, in
 bool rope_qkv_uses_kernel(const at::Tensor& qkv);
 
 // Differentiable. rotation: (≥T, D/2, 2) fp32 (cos, sin). Outputs contiguous (B, H, T, D), qkv's dtype.
+// Given dqkv_amax (ops/fp8_amax.h), the backward records the amax of qkv's gradient as it writes it
+// (the dY of the FP8 QKV GEMM); the CPU path keeps the same contract with ATen ops.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, const at::Tensor& rotation,
-                                                        int64_t heads);
+                                                        int64_t heads, const Fp8AmaxSlot& dqkv_amax = {});
 
 // The same with ATen ops (any device and float dtype; the rotation in at least fp32): the CPU path
 // and the tests' oracle (run in fp64).

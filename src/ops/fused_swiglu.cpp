@@ -44,14 +44,27 @@ kernels::SwiGluParams params_for(const at::Tensor& a, const at::Tensor& b) {
   return p;
 }
 
+// The bits a kernel writes t's amax into when `slot` asks for it (pointer set in `param`), else undefined.
+at::Tensor amax_bits_for(const Fp8AmaxSlot& slot, const at::Tensor& t, uint32_t*& param) {
+  if (!slot) return {};
+  auto bits = empty_fp8_amax_bits(t);
+  param = reinterpret_cast<uint32_t*>(bits.data_ptr<int32_t>());
+  return bits;
+}
+
 struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                            const Fp8AmaxSlot& out_amax, const Fp8AmaxSlot& da_amax, const Fp8AmaxSlot& db_amax) {
     c10::cuda::CUDAGuard guard(a.device());
     auto out = at::empty(a.sizes(), a.options().memory_format(at::MemoryFormat::Contiguous));
     auto p = params_for(a, b);
     p.out = out.data_ptr();
+    auto out_amax_bits = amax_bits_for(out_amax, out, p.out_amax);
     kernels::run_swiglu_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+    if (out_amax) out_amax->record(out, out_amax_bits);
     ctx->save_for_backward({a, b});
+    save_fp8_amax_slot(ctx, "da_amax", da_amax);
+    save_fp8_amax_slot(ctx, "db_amax", db_amax);
     return out;
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
@@ -66,8 +79,12 @@ struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
     p.da = da.data_ptr();
     p.db = db.data_ptr();
     p.da_stride = p.db_stride = p.cols;
+    const auto da_amax = saved_fp8_amax_slot(ctx, "da_amax"), db_amax = saved_fp8_amax_slot(ctx, "db_amax");
+    auto da_amax_bits = amax_bits_for(da_amax, da, p.da_amax), db_amax_bits = amax_bits_for(db_amax, db, p.db_amax);
     kernels::run_swiglu_bwd(p, at::cuda::getCurrentCUDAStream().stream());
-    return {da, db};
+    if (da_amax) da_amax->record(da, da_amax_bits);
+    if (db_amax) db_amax->record(db, db_amax_bits);
+    return {da, db, {}, {}, {}};
   }
 };
 #endif
@@ -85,12 +102,16 @@ bool silu_mul_uses_kernel(const at::Tensor& a, const at::Tensor& b) {
 #endif
 }
 
-at::Tensor silu_mul(const at::Tensor& a, const at::Tensor& b) {
+at::Tensor silu_mul(const at::Tensor& a, const at::Tensor& b, const Fp8AmaxSlot& out_amax, const Fp8AmaxSlot& da_amax,
+                    const Fp8AmaxSlot& db_amax) {
   check_shapes(a, b);
 #ifdef LMSCALE_HAS_KERNELS
-  if (silu_mul_uses_kernel(a, b)) return SiluMulKernel::apply(a, b);
+  if (silu_mul_uses_kernel(a, b)) return SiluMulKernel::apply(a, b, out_amax, da_amax, db_amax);
 #endif
-  return silu_mul_reference(a, b);
+  // The amax contract with ATen ops: the gradients as autograd hands them over, the result as returned.
+  auto out = silu_mul_reference(record_grad_amax(a, da_amax), record_grad_amax(b, db_amax)).contiguous();
+  if (out_amax) out_amax->record(out, fp8_amax(out));
+  return out;
 }
 
 at::Tensor silu_mul_reference(const at::Tensor& a, const at::Tensor& b) {
