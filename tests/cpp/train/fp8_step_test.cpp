@@ -1,6 +1,7 @@
 // The fp8 training step on a Hopper GPU (skips elsewhere): ten steps track the bf16 step's losses
 // (FP8 GEMMs in every block layer, min_dim 0), the CUDA-graph replay of the fp8 step tracks its eager
-// run, and the layer selection follows StepSetup::fp8. Tolerance: loss within 2 % of bf16 after ten
+// run, the casts' amax taken by the producer kernels is bit-identical to the separate pass, and the
+// layer selection follows StepSetup::fp8. Tolerance: loss within 2 % of bf16 after ten
 // steps of AdamW on random tokens (FP8's 3-bit mantissa in each GEMM; measured well inside on an H100).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -103,6 +104,34 @@ TEST(Fp8Step, CachedWeightsAreTheWeightsCastInEveryForward) {
       ++checked;
     }
   EXPECT_GT(checked, 0);
+}
+
+TEST(Fp8Step, ProducerAmaxIsBitIdenticalToTheSeparatePass) {
+  // The RMSNorm, SwiGLU-gate and RoPE kernels take the amax of the FP8 operands they write
+  // (Fp8Layers::producer_amax): the same amax bits as fp8_amax_kernel's pass, so the same scales, FP8
+  // bytes, losses and parameters; and one step runs only the attention output's amax pass per block.
+  if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
+  auto s = setup(torch::kFloat8_e4m3fn);
+  TrainingStep fused(s);
+  s.fp8.producer_amax = false;
+  TrainingStep separate(s);
+  auto casts_in_one_step = [](TrainingStep& step) {
+    const int64_t before = ops::fp8_casts_with_own_amax();
+    step.run(StepMode::TrainStep);
+    return ops::fp8_casts_with_own_amax() - before;
+  };
+  const int64_t L = s.model.num_layers;
+  // Per block without: X of QKV, out_proj, W1+W3 (one shared cast), W2, and dY of all five GEMMs; the
+  // weights are cached (cast with the AdamW kernel's amax).
+  EXPECT_EQ(casts_in_one_step(separate), 9 * L);
+  EXPECT_EQ(casts_in_one_step(fused), L) << "only the attention output's cast takes its own amax";
+  std::vector<double> a = {fused.last_loss().item<double>()}, b = {separate.last_loss().item<double>()};
+  for (double l : losses(fused, 4)) a.push_back(l);
+  for (double l : losses(separate, 4)) b.push_back(l);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
+  const auto pa = fused.model()->parameters(), pb = separate.model()->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
 }
 
 TEST(Fp8Step, MinDimKeepsSmallLayersInBf16) {
