@@ -14,7 +14,8 @@
 #
 # STAGES picks the stages (default: tests bench). Stages:
 #   tests      the FP8, overlap and fused-path GPU tests
-#   bench      lmscale bf16 and fp8 at small, xl, 2.7B, optimizer overlap off and on
+#   bench      lmscale bf16 and fp8 at small, xl, 2.7B (BENCH_SIZES), optimizer overlap off
+#   bench-overlap  the same with the optimizer overlap on
 #   ablate     `bench --ablate` at ABLATE_SIZES (default xl) in fp8: what each piece and FP8 group buys
 #   ablate-small  the same for small (where FP8 falls back to bf16)
 #   profile    `lmscale profile` of the fp8 step at PROFILE_SIZE (default xl)
@@ -62,7 +63,7 @@ want tests && stage tests "${TESTS_S:-120}" "$TESTS_BIN" \
 COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")
 want bench && stage bench "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" --precision bf16,fp8 \
   "${COMMON[@]}" --no-optimizer-overlap --out bench_serial
-want bench && stage bench-overlap "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" \
+want bench-overlap && stage bench-overlap "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" \
   --precision bf16,fp8 "${COMMON[@]}" --optimizer-overlap --out bench_overlap
 want ablate && stage ablate "${ABLATE_S:-200}" "$BIN" bench --size "${ABLATE_SIZES:-xl}" --precision fp8 "${COMMON[@]}" \
   --ablate --out ablate

@@ -11,7 +11,9 @@
 # SIZE (small), STEPS (2000), EVAL_EVERY (100), EVAL_BATCHES (16), BATCH (4), CONTEXT (512),
 # LMSCALE_BUILD_DIR (/tmp/lmscale-build-train: kept while the machine is held, so a second call skips
 # the build), LMSCALE_CMAKE_ARGS (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16": small needs
-# only head dim 64; a quicker build), LMSCALE_COMMIT (the GPU machine has no .git), LMSCALE_PYTHON.
+# only head dim 64; a quicker build), LMSCALE_COMMIT (the GPU machine has no .git), LMSCALE_PYTHON,
+# IMPLS (lmscale,torch-eager), TRAIN_ARGS (more `lmscale train` flags, e.g. "--fp8-min-dim 0": small's
+# layers are all under the FP8 default's 1024, so its fp8 run is bf16 unless told otherwise).
 # Runs resume from OUT's earlier records (or from .gpu-carry/loss_curves/train.jsonl when carried):
 # a call cut by the time limit goes on where the records stop. The training runs inside OUT, so what
 # a cut call measured comes back with it.
@@ -42,10 +44,11 @@ carried=$ROOT/.gpu-carry/loss_curves/train.jsonl
 [[ -f $carried && ! -s loss_curves/train.jsonl ]] && cp "$carried" loss_curves/ && echo "resuming from $carried"
 PRECISIONS=${2:-bf16}
 if [[ -z ${2:-} ]] && "$LMSCALE" train --precision fp8 --help >/dev/null 2>&1; then PRECISIONS=bf16,fp8; fi
-echo "training ${SIZE:-small}: ${STEPS:-2000} steps, precisions $PRECISIONS, lmscale and torch-eager"
+IMPLS=${IMPLS:-lmscale,torch-eager}
+echo "training ${SIZE:-small}: ${STEPS:-2000} steps, batch ${BATCH:-4}, precisions $PRECISIONS, impls $IMPLS ${TRAIN_ARGS:-}"
 "$LMSCALE" train --corpus corpus --size "${SIZE:-small}" --context "${CONTEXT:-512}" --batch "${BATCH:-4}" \
   --steps "${STEPS:-2000}" --eval-every "${EVAL_EVERY:-100}" --eval-batches "${EVAL_BATCHES:-16}" \
-  --precision "$PRECISIONS" --impl lmscale,torch-eager --resume --out loss_curves 2>&1 | tee -a "$OUT/train.log"
+  --precision "$PRECISIONS" --impl "$IMPLS" ${TRAIN_ARGS:-} --resume --out loss_curves 2>&1 | tee -a "$OUT/train.log"
 status=${PIPESTATUS[0]}
 rm -f corpus
 "$LMSCALE" report --in loss_curves --out report >"$OUT/report.log" 2>&1 || tail -20 "$OUT/report.log"

@@ -189,6 +189,11 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
                           "default: slower at every size on an H100, docs/training_step_notes.md)");
     app.add_flag_callback("--no-optimizer-overlap", [&a] { a.optimizer_overlap = false; },
                           "run AdamW after the backward");
+    app.add_option("--fp8-min-dim", a.fp8_min_dim,
+                   "with --precision fp8: a Linear layer whose smaller side is under this stays bf16 (default " +
+                       std::to_string(kFp8MinDim) + ", where FP8 stops paying for its casts; 0 puts every layer but "
+                       "the LM head in FP8, e.g. to test FP8 numerics on a small model)")
+        ->check(whole_at_least(0))->type_name("INT");
   }
   if (has(kReference))
     app.add_flag("--reference", a.reference,
@@ -281,6 +286,7 @@ StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device) {
   s.fused = a.fused;
   s.optimizer_in_backward = a.optimizer_in_backward;
   if (a.optimizer_overlap) s.optimizer_overlap = *a.optimizer_overlap;
+  if (a.fp8_min_dim) s.fp8.min_dim = *a.fp8_min_dim;
   return s;
 }
 

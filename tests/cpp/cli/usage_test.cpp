@@ -44,6 +44,7 @@ INSTANTIATE_TEST_SUITE_P(
                       UsageCase{"bench --device nosuch", "cpu, cuda or cuda:N"},
                       UsageCase{"bench ddp --check-consistency -1", "--check-consistency"},
                       UsageCase{"bench zero --check-consistency -1", "--check-consistency"},
+                      UsageCase{"train --fp8-min-dim -1", "--fp8-min-dim: must be at least 0"},
                       UsageCase{"report --in /nonexistent-lmscale-folder", "--in /nonexistent-lmscale-folder is not a folder"},
                       // Row 2: an empty --out would land in the filesystem's root.
                       UsageCase{"bench --device cpu --size tiny --out ''", "--out '' is empty"}),
