@@ -37,6 +37,7 @@ if [[ -d $ROOT/.whl ]]; then  # torchao, pinned, for the torch-float8 baselines 
     "$ROOT"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
+log_clocks "$RES/clocks.csv"
 prebuilt_loads() {
   [[ -x $ROOT/prebuilt/lmscale ]] || return 1
   local site

@@ -6,10 +6,18 @@ want() { [[ $STAGES == *" $1 "* ]]; }
 pack() { tar czf "$OUT/$TARBALL" -C "$RES" . 2>/dev/null; }
 stage() {
   local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
+  local t0=$SECONDS start; start=$(date +%T)
   (cd "$RES" && timeout -k 5 "$limit" "$@") >"$RES/$name.log" 2>&1
   local rc=$?
-  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  echo "$name rc=$rc $((SECONDS - t0))s (from $start)" | tee -a "$OUT/summary.txt"
   pack
   return $rc
+}
+# The SM clock, power draw and clock-event reasons every 200 ms into $1 until the script exits: whether a
+# stage ran at full clock or under the power cap (docs/flash_notes.md, "The product's d = 128 gap").
+log_clocks() {
+  local fields=timestamp,clocks.sm,power.draw,temperature.gpu
+  nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv >/dev/null 2>&1 && fields+=,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$fields --format=csv -lms 200 >"$1" 2>&1 &
+  trap "kill $! 2>/dev/null" EXIT
 }
