@@ -85,11 +85,12 @@ void check_like(const char* name, const at::Tensor& t, const at::Tensor& like, a
 
 #ifdef LMSCALE_HAS_KERNELS
 // (..., N, D) -> (B, H, N, D) with H = size(-3) (1 for 2-D input): a view for the usual (B, H, T, D)
-// tensors, even transposed ones. The kernels move 16-byte rows, so the last dim must be contiguous and
-// every other stride and the base 16-byte aligned; anything else is copied to a contiguous tensor.
+// tensors, even transposed ones (4-D ones as they are: a reshape is a dispatcher call and a new tensor,
+// host time on every call). The kernels move 16-byte rows, so the last dim must be contiguous and every
+// other stride and the base 16-byte aligned; anything else is copied to a contiguous tensor.
 at::Tensor as_bhnd(const at::Tensor& t) {
   const int64_t H = t.dim() >= 3 ? t.size(-3) : 1;
-  auto x = t.reshape({-1, H, t.size(-2), t.size(-1)});
+  auto x = t.dim() == 4 ? t : t.reshape({-1, H, t.size(-2), t.size(-1)});
   const int64_t align = 16 / x.element_size();
   bool ok = x.stride(3) == 1 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
   for (int i = 0; i < 3; ++i) ok = ok && (x.stride(i) % align == 0);
@@ -144,9 +145,8 @@ std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at:
   p.lse = L3.data_ptr<float>();
   LMSCALE_SET_STRIDES(p, o, o4);
   if (o4.numel() > 0) kernels::run_flash_fwd(p, at::cuda::getCurrentCUDAStream().stream());
-  auto lead = q.sizes().vec();
-  lead.pop_back();
-  return {o4.view(q.sizes()), L3.view(lead)};
+  if (q.dim() == 4) return {o4, L3};  // already q's shape and (B, H, N)
+  return {o4.view(q.sizes()), L3.view(q.sizes().slice(0, q.dim() - 1))};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor& q, const at::Tensor& k,
@@ -156,17 +156,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v), o4 = as_bhnd(o), do4 = as_bhnd(dout);
-  auto L3 = L.reshape({q4.size(0), q4.size(1), q4.size(2)}).contiguous();
+  auto L3 = L.dim() == 3 && L.is_contiguous() ? L : L.reshape({q4.size(0), q4.size(1), q4.size(2)}).contiguous();
   auto dq4 = at::empty(q4.sizes(), q4.options());
   auto dk4 = at::empty(k4.sizes(), k4.options());
   auto dv4 = at::empty(v4.sizes(), v4.options());
   // Workspaces: the fp32 dQ accumulator (the fp32 kernels compute dQ without one), D = rowsum(dO ⊙ O), and
   // the Hopper backward's per-tile tickets, with which nothing zeroes dq_accum (FlashParams::dq_tile_ticket).
+  // One allocation holds all three (one trip through the caching allocator instead of three), each part
+  // starting on a 256-byte boundary (TMA wants dq_accum 16-byte aligned); none needs its contents kept.
   const bool fp32 = q4.scalar_type() == at::kFloat;
-  auto dq_accum = at::empty(fp32 ? at::IntArrayRef{0} : q4.sizes(), q4.options().dtype(at::kFloat));
-  auto dsum = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
-  const int64_t tiles64 = (q4.size(2) + 63) / 64;
-  auto dq_tile_ticket = at::empty({fp32 ? 0 : q4.size(0) * q4.size(1), tiles64, 2}, q4.options().dtype(at::kInt));
+  const int64_t rows = q4.size(0) * q4.size(1) * q4.size(2), tiles64 = (q4.size(2) + 63) / 64;
+  auto round_up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t accum_bytes = fp32 ? 0 : round_up(rows * q4.size(3) * 4), dsum_bytes = round_up(rows * 4);
+  const int64_t ticket_bytes = fp32 ? 0 : round_up(q4.size(0) * q4.size(1) * tiles64 * 2 * 4);
+  auto workspace = at::empty({accum_bytes + dsum_bytes + ticket_bytes}, q4.options().dtype(at::kByte));
+  auto* base = static_cast<char*>(workspace.data_ptr());
   auto p = make_params(q4, k4, v4, is_causal);
   p.o = const_cast<void*>(o4.data_ptr());
   p.lse = L3.data_ptr<float>();
@@ -174,9 +178,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   p.dq = dq4.data_ptr();
   p.dk = dk4.data_ptr();
   p.dv = dv4.data_ptr();
-  p.dq_accum = fp32 ? nullptr : dq_accum.data_ptr<float>();
-  p.dsum = dsum.data_ptr<float>();
-  p.dq_tile_ticket = fp32 ? nullptr : dq_tile_ticket.data_ptr<int>();
+  p.dq_accum = fp32 ? nullptr : reinterpret_cast<float*>(base);
+  p.dsum = reinterpret_cast<float*>(base + accum_bytes);
+  p.dq_tile_ticket = fp32 ? nullptr : reinterpret_cast<int*>(base + accum_bytes + dsum_bytes);
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
   LMSCALE_SET_STRIDES(p, dq, dq4);
@@ -198,6 +202,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
     }
   }
   if (q4.numel() > 0) kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
+  if (q.dim() == 4) return {dq4, dk4, dv4};  // already the shapes of q, k, v
   return {dq4.view(q.sizes()), dk4.view(k.sizes()), dv4.view(v.sizes())};
 }
 #undef LMSCALE_SET_STRIDES
@@ -316,13 +321,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
   check_qkv(q, k, v, is_causal);
   check_like("o", o, q, q.scalar_type());
   check_like("dout", dout, q, q.scalar_type());
-  auto lead = q.sizes().vec();
-  lead.pop_back();
+  const auto lead = q.sizes().slice(0, q.dim() - 1);
   const auto l_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  TORCH_CHECK(L.sizes() == at::IntArrayRef(lead) && L.scalar_type() == l_dtype && L.device() == q.device(),
-              "flash_attention_backward: L must be the forward's logsumexp, ", l_dtype, " of shape ",
-              at::IntArrayRef(lead), " on ", q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ",
-              L.device());
+  TORCH_CHECK(L.sizes() == lead && L.scalar_type() == l_dtype && L.device() == q.device(),
+              "flash_attention_backward: L must be the forward's logsumexp, ", l_dtype, " of shape ", lead, " on ",
+              q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ", L.device());
   if (!use_kernel(q)) {
     auto [dq, dk, dv] = flash_reference_backward(q, k, v, o, L, dout, is_causal);
     return {dq.contiguous(), dk.contiguous(), dv.contiguous()};  // as the kernels (see the forward)
@@ -402,7 +405,9 @@ TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
 // gradients through the dispatcher too. flash_attention_forward's autograd formula and the fake
 // kernels of all three ops are registered from Python (python/lmscale/attention.py, torch.library),
 // where Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is
-// what lmscale.flash_attention calls.
+// what lmscale.flash_attention calls. Calls of the forward and backward ops that record no graph (a
+// torch.compile'd graph's, the backward's) skip that Python formula: src/ops/fused_library.cpp registers
+// them on AutogradCPU/AutogradCUDA with the fused ops (autograd_without_python).
 TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }
 
 TORCH_LIBRARY_IMPL(lmscale, AutocastCPU, m) {

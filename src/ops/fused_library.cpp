@@ -91,10 +91,10 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const st
   p.cols = static_cast<int>(C);
   p.eps = static_cast<float>(eps);
   p.x_dtype = fused_dtype(x.scalar_type());
-  Tensor h = at::empty({0}, x.options()), residual;
+  // One allocation for h either way (an allocation is host time on every call).
+  Tensor h = residual_in ? at::empty_like(x) : at::empty({0}, x.options()), residual;
   if (residual_in) {
     residual = residual_in->contiguous();
-    h = at::empty_like(x);
     p.residual = residual.data_ptr();
     p.residual_dtype = fused_dtype(residual.scalar_type());
     p.h_out = h.data_ptr();
@@ -421,6 +421,47 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   return dz.to(logits.scalar_type()).contiguous().view(logits.sizes());
 }
 
+// ------------------------------------------------------------------ autograd: calls that record no graph stay in C++
+// The autograd formulas of the fused ops and of flash_attention_{forward,backward} are Python
+// (torch.library.register_autograd in python/lmscale/nn/_ops.py and attention.py, on the Autograd alias key).
+// A Python kernel costs every call a trip through the interpreter, even the calls it only passes on below
+// autograd: every call of a torch.compile'd graph (its forward and backward run with grad off) and every
+// backward op in eager (issue 28: 10-50 µs a call on a dev VM's CPU; scripts/gpu/drop_in_host.py measures
+// it on the CUDA path). This kernel, registered on AutogradCPU and AutogradCUDA (a kernel on a backend's
+// autograd key comes before one on the alias), passes those calls below autograd itself, as the Python
+// kernel would; a call that records a graph (grad on, an input requiring grad) goes to the Python formula
+// through AutogradOther, which the alias also fills (and which, with no formula registered, gives the same
+// not-implemented fallback as before).
+bool any_requires_grad(const torch::jit::Stack& stack, size_t n_args) {
+  for (size_t i = stack.size() - n_args; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor() && v.toTensor().requires_grad()) return true;
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (t.requires_grad()) return true;
+  }
+  return false;
+}
+
+void autograd_without_python(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  if (at::GradMode::is_enabled() && any_requires_grad(*stack, op.schema().arguments().size())) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::AutogradOther) | (keys & c10::after_autograd_keyset),
+                       stack);
+    return;
+  }
+  at::AutoDispatchBelowAutograd below;  // as the Python kernel's no-grad path: nested ATen calls skip autograd too
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
+// Every op whose autograd formula is Python, flash_attention's two (src/ops/flash_attention.cpp) included, in
+// one list.
+void register_autograd_without_python(torch::Library& m) {
+  for (const char* name : {"rms_norm_forward", "rms_norm_backward", "swiglu_forward", "swiglu_backward",
+                           "rope_qkv_forward", "rope_qkv_backward", "cross_entropy_forward", "cross_entropy_backward",
+                           "flash_attention_forward", "flash_attention_backward"})
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&autograd_without_python>());
+}
+
 }  // namespace
 }  // namespace lmscale::ops
 
@@ -450,3 +491,6 @@ TORCH_LIBRARY_FRAGMENT(lmscale, m) {
 TORCH_LIBRARY_IMPL(lmscale, CPU, m) { LMSCALE_FUSED_IMPLS(m); }
 TORCH_LIBRARY_IMPL(lmscale, CUDA, m) { LMSCALE_FUSED_IMPLS(m); }
 #undef LMSCALE_FUSED_IMPLS
+
+TORCH_LIBRARY_IMPL(lmscale, AutogradCPU, m) { lmscale::ops::register_autograd_without_python(m); }
+TORCH_LIBRARY_IMPL(lmscale, AutogradCUDA, m) { lmscale::ops::register_autograd_without_python(m); }

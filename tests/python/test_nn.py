@@ -1,7 +1,10 @@
 """lmscale.nn's fused layers as torch.library ops: torch.library.opcheck of every forward and backward
 op, values and gradients against the plain PyTorch layers they replace (in fp64 on the CPU reference,
 and the CUDA kernels against them where a GPU is present), torch.compile(fullgraph=True) through the
-modules, the chunked linear + cross-entropy, and double backward refused."""
+modules, the chunked linear + cross-entropy, double backward refused, and calls that record no graph
+(a compiled graph's) kept off the Python autograd kernel."""
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -198,3 +201,60 @@ def test_double_backward_raises(name):
     (g,) = torch.autograd.grad(out, x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()
+
+
+# ------------------------------------------------------------------ calls that record no graph stay in C++
+
+def python_autograd_calls(fn):
+    """The functions of torch/_library/autograd.py (register_autograd's kernel) that run while fn runs."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.replace("\\", "/").endswith("torch/_library/autograd.py"):
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def every_op_with_python_autograd(device):
+    q, k, v = (torch.randn(2, 3, 16, 8, device=device) for _ in range(3))
+    o, L = ops.flash_attention_forward(q, k, v, True)
+    return op_samples(device, torch.float32) + [
+        (ops.flash_attention_forward.default, (q, k, v, True)),
+        (ops.flash_attention_backward.default, (q, k, v, o, L, torch.randn_like(o), True)),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_that_record_no_graph_skip_the_python_autograd_kernel(device):
+    """Grad off (every call of a torch.compile'd graph, every backward op), or no input requiring grad: the
+    call goes below autograd in C++ (autograd_without_python, src/ops/fused_library.cpp), not through the
+    Python kernel of register_autograd, which was about half of each call's host time (issue 28)."""
+    for op, args in every_op_with_python_autograd(device):
+        with torch.no_grad():
+            assert python_autograd_calls(lambda: op(*args)) == [], op
+        assert python_autograd_calls(lambda: op(*args)) == [], op
+        outs = op(*args)
+        assert not any(t.requires_grad for t in (outs if isinstance(outs, tuple) else (outs,))), op
+    # A call that records a graph still runs the Python formula (setup_context, backward).
+    x = torch.randn(3, 8, device=device, requires_grad=True)
+    assert "autograd_impl" in python_autograd_calls(lambda: lnn.rms_norm(x, torch.ones(8, device=device)))
+    q = torch.randn(1, 2, 4, 8, device=device, requires_grad=True)
+    o = lmscale.flash_attention(q, q, q, is_causal=True)
+    assert type(o.grad_fn).__name__.startswith("GeneratedBackwardFor_lmscale_flash_attention_forward")
+
+
+def test_compiled_step_calls_no_python_autograd_kernel():
+    """A compiled graph's forward and backward (grad off inside) call the ops with no Python between."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Block()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x, targets = torch.randn(2, 24, 32), torch.randint(50, (2, 24))
+    compiled(x, targets).backward()  # compiles (tracing runs the Python formulas)
+    assert python_autograd_calls(lambda: compiled(x, targets).backward()) == []
