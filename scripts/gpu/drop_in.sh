@@ -5,7 +5,10 @@
 # lmscale.nn ops and SDPA's contract against that install from outside the checkout, then
 # `python -m lmscale.drop_in_bench` (docs/python.md, "The drop-in benchmark"). Liger-Kernel comes as a carried wheel.
 #
-#   scripts/gpu/drop_in.sh OUT [tests] [bench SIZE...]     (default: tests bench small)
+#   scripts/gpu/drop_in.sh OUT [tests] [host SIZE] [bench SIZE...]     (default: tests bench small)
+#
+# `host SIZE` runs scripts/gpu/drop_in_host.py (issue 28): the compiled step's host time per impl and each
+# lmscale op's host time per call, with the ops' autograd dispatch as now and as before (emulated).
 #
 # Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>.
 set -uo pipefail
@@ -39,10 +42,13 @@ while ((${#stages[@]})); do
         >"$OUT/gpu_tests.log" 2>&1
       tail -3 "$OUT/gpu_tests.log"
       stages=("${stages[@]:1}") ;;
+    host)
+      "$PY" "$ROOT/scripts/gpu/drop_in_host.py" --size "${stages[1]:?host needs a SIZE}" 2>&1 | tee -a "$OUT/host.log"
+      stages=("${stages[@]:2}") ;;
     bench)
       sizes=(); stages=("${stages[@]:1}")
-      while ((${#stages[@]})) && [[ ${stages[0]} != tests ]]; do sizes+=("${stages[0]}"); stages=("${stages[@]:1}"); done
+      while ((${#stages[@]})) && [[ ${stages[0]} != tests && ${stages[0]} != host ]]; do sizes+=("${stages[0]}"); stages=("${stages[@]:1}"); done
       (cd "$OUT" && "$PY" -m lmscale.drop_in_bench --sizes "${sizes[@]}" --out drop_in.jsonl) 2>&1 | tee -a "$OUT/bench.log" ;;
-    *) echo "drop_in.sh: unknown stage ${stages[0]} (tests, bench SIZE...)" >&2; exit 2 ;;
+    *) echo "drop_in.sh: unknown stage ${stages[0]} (tests, host SIZE, bench SIZE...)" >&2; exit 2 ;;
   esac
 done

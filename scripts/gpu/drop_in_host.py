@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 
@@ -50,8 +51,10 @@ def python_autograd_dispatch():
             with torch._C._AutoDispatchBelowAutograd():
                 return op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
 
-        for key in ("AutogradCPU", "AutogradCUDA"):
-            lib.impl(name, kernel, key, with_keyset=True)
+        with warnings.catch_warnings():  # "Overriding a previously registered kernel": the point here
+            warnings.simplefilter("ignore")
+            for key in ("AutogradCPU", "AutogradCUDA"):
+                lib.impl(name, kernel, key, with_keyset=True)
     return lib
 
 
