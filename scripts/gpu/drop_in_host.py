@@ -105,7 +105,7 @@ def op_calls(size, c, device):
         ("rms_norm_forward", lambda: ops.rms_norm_forward.default(x, None, w, 1e-5, torch.bfloat16)),
         ("rms_norm_forward +residual", lambda: ops.rms_norm_forward.default(x, attn, w, 1e-5, torch.bfloat16)),
         ("rms_norm_backward", lambda: ops.rms_norm_backward.default(y1, None, x, w, rstd1)),
-        ("rms_norm_backward +dh", lambda: ops.rms_norm_backward.default(y, x, h, w, rstd)),
+        ("rms_norm_backward +dh", lambda: ops.rms_norm_backward.default(y, x, h, w, rstd, torch.bfloat16)),
         ("swiglu_forward", lambda: ops.swiglu_forward.default(a, b)),
         ("swiglu_backward", lambda: ops.swiglu_backward.default(a, a, b)),
         ("rope_qkv_forward", lambda: ops.rope_qkv_forward.default(qkv, rot, heads)),

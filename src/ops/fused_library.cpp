@@ -112,11 +112,15 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_forward(const Tensor& x_in, const st
 }
 
 // backward: dh = rstd·(w ⊙ dy) − h·rstd³·Σ(w ⊙ dy ⊙ h)/C (+ dh_in, h's gradient from its other reader);
-// dx = dh (the residual's gradient too), dweight = Σ_rows dy ⊙ h·rstd.
-std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::optional<Tensor>& dh_in,
-                                             const Tensor& h_in, const Tensor& weight_in, const Tensor& rstd) {
+// dx = dh (the residual's gradient too), dweight = Σ_rows dy ⊙ h·rstd. With a residual_dtype other than
+// h's, dresidual is dx in that dtype, written by the same pass (the residual is the narrower sublayer
+// output under autocast: a separate cast would be one more kernel per block); otherwise it is empty.
+std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::optional<Tensor>& dh_in,
+                                                     const Tensor& h_in, const Tensor& weight_in, const Tensor& rstd,
+                                                     std::optional<at::ScalarType> residual_dtype) {
   TORCH_CHECK(dy_in.sizes() == h_in.sizes() && (!dh_in || dh_in->sizes() == h_in.sizes()),
               "rms_norm_backward: dy ", dy_in.sizes(), " and dh must have h's shape ", h_in.sizes());
+  if (residual_dtype == h_in.scalar_type()) residual_dtype.reset();
 #ifdef LMSCALE_HAS_KERNELS
   const bool kernel = rms_norm_kernel_applies(h_in, std::nullopt, weight_in, dy_in.scalar_type()) &&
                       rstd.scalar_type() == at::kFloat && (!dh_in || dh_in->scalar_type() == h_in.scalar_type());
@@ -126,6 +130,8 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::opt
     Tensor dh = dh_in ? dh_in->contiguous() : Tensor();
     const int64_t C = h.size(-1), rows = h.numel() / C;
     auto dx = at::empty_like(h);
+    const bool dres_by_kernel = residual_dtype && kernel_dtype(*residual_dtype);  // fp16: cast after
+    auto dres = dres_by_kernel ? at::empty_like(h, h.options().dtype(*residual_dtype)) : at::empty({0}, h.options());
     auto partial = at::empty({kernels::add_rmsnorm_bwd_partial_rows(rows), C}, h.options().dtype(at::kFloat));
     auto dweight = at::empty({C}, h.options().dtype(at::kFloat));
     kernels::AddRmsNormBwdParams p;
@@ -135,14 +141,17 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::opt
     p.gain = weight.data_ptr<float>();
     p.rstd = rs.data_ptr<float>();
     p.dx_out = dx.data_ptr();
+    p.dresidual_out = dres_by_kernel ? dres.data_ptr() : nullptr;
     p.dgain_partial = partial.data_ptr<float>();
     p.dgain_out = dweight.data_ptr<float>();
     p.rows = rows;
     p.cols = static_cast<int>(C);
-    p.h_dtype = p.residual_dtype = fused_dtype(h.scalar_type());
+    p.h_dtype = fused_dtype(h.scalar_type());
+    p.residual_dtype = fused_dtype(dres_by_kernel ? *residual_dtype : h.scalar_type());
     p.y_dtype = fused_dtype(dy.scalar_type());
     kernels::run_add_rmsnorm_bwd(p, stream());
-    return {dx, dweight};
+    if (residual_dtype && !dres_by_kernel) dres = dx.to(*residual_dtype);
+    return {dx, dweight, dres};
   }
 #endif
   const auto mt = math_dtype(h_in.scalar_type());
@@ -151,7 +160,9 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const std::opt
   auto dh = r * u - h * r.pow(3) * (u * h).mean(-1, /*keepdim=*/true);
   if (dh_in) dh = dh + dh_in->to(mt);
   auto dweight = (dy * h * r).reshape({-1, h.size(-1)}).sum(0);
-  return {dh.to(h_in.scalar_type()).contiguous(), dweight.to(weight_in.scalar_type())};
+  auto dx = dh.to(h_in.scalar_type()).contiguous();
+  auto dres = residual_dtype ? dx.to(*residual_dtype) : at::empty({0}, h_in.options());
+  return {dx, dweight.to(weight_in.scalar_type()), dres};
 }
 
 // ------------------------------------------------------------------ SwiGLU gate: silu(a) · b
@@ -468,7 +479,8 @@ void register_autograd_without_python(torch::Library& m) {
 TORCH_LIBRARY_FRAGMENT(lmscale, m) {
   m.def("rms_norm_forward(Tensor x, Tensor? residual, Tensor weight, float eps, ScalarType? out_dtype=None) "
         "-> (Tensor h, Tensor y, Tensor rstd)");
-  m.def("rms_norm_backward(Tensor dy, Tensor? dh, Tensor h, Tensor weight, Tensor rstd) -> (Tensor dx, Tensor dweight)");
+  m.def("rms_norm_backward(Tensor dy, Tensor? dh, Tensor h, Tensor weight, Tensor rstd, "
+        "ScalarType? residual_dtype=None) -> (Tensor dx, Tensor dweight, Tensor dresidual)");
   m.def("swiglu_forward(Tensor a, Tensor b) -> Tensor");
   m.def("swiglu_backward(Tensor dout, Tensor a, Tensor b) -> (Tensor da, Tensor db)");
   m.def("rope_qkv_forward(Tensor qkv, Tensor rotation, int heads) -> (Tensor q, Tensor k, Tensor v)");

@@ -71,6 +71,7 @@ def op_samples(device, dtype, grad=False):
         (ops.rms_norm_forward.default, (d(x), None, d(w), 1e-6, torch.float32)),
         (ops.rms_norm_backward.default, (torch.randn_like(y), torch.randn_like(h), h, w, rstd)),
         (ops.rms_norm_backward.default, (torch.randn_like(y), None, x, w, rstd)),
+        (ops.rms_norm_backward.default, (torch.randn_like(y), torch.randn_like(h), h, w, rstd, torch.bfloat16)),
         (ops.swiglu_forward.default, (d(a), d(b))),
         (ops.swiglu_backward.default, (torch.randn_like(a), a, b)),
         (ops.rope_qkv_forward.default, (d(qkv), rot, 2)),
@@ -108,6 +109,26 @@ def test_rms_norm_module_mixed_dtypes_and_autocast():
         torch.testing.assert_close(h, x + r.float())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert norm(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_backward_writes_the_narrower_residuals_gradient(device):
+    """With residual_dtype, rms_norm_backward also returns dx in that dtype, bit for bit dx's cast (on
+    CUDA the kernel writes both in one pass: no cast kernel after it); the autograd formula uses it for a
+    bf16 residual beside an fp32 h, and the gradients are those of the cast."""
+    x = torch.randn(4, 6, 64, device=device)
+    r, w = torch.randn(4, 6, 64, device=device).bfloat16(), torch.rand(64, device=device) + 0.5
+    h, y, rstd = ops.rms_norm_forward(x, r, w, 1e-5, torch.bfloat16)
+    dy, dh = torch.randn_like(y), torch.randn_like(h)
+    dx, dw, dres = ops.rms_norm_backward(dy, dh, h, w, rstd, torch.bfloat16)
+    assert dres.dtype == torch.bfloat16 and torch.equal(dres, dx.to(torch.bfloat16))
+    dx2, dw2, empty = ops.rms_norm_backward(dy, dh, h, w, rstd)
+    assert empty.numel() == 0 and torch.equal(dx2, dx) and torch.equal(dw2, dw)
+    assert ops.rms_norm_backward(dy, dh, h, w, rstd, torch.float32)[2].numel() == 0  # h's own dtype: dx serves
+    x, r = x.requires_grad_(), r.requires_grad_()
+    h, y = lnn.add_rms_norm(x, r, w, out_dtype=torch.bfloat16)
+    torch.autograd.backward((h, y), (dh, dy))
+    assert r.grad.dtype == torch.bfloat16 and torch.equal(r.grad, x.grad.to(torch.bfloat16))
 
 
 def test_swiglu_matches_torch():

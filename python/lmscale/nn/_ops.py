@@ -50,8 +50,10 @@ def _rms_norm_forward_fake(x, residual, weight, eps, out_dtype=None):
 
 
 @torch.library.register_fake("lmscale::rms_norm_backward")
-def _rms_norm_backward_fake(dy, dh, h, weight, rstd):
-    return h.new_empty(h.shape), weight.new_empty(weight.shape)
+def _rms_norm_backward_fake(dy, dh, h, weight, rstd, residual_dtype=None):
+    dres = (h.new_empty(h.shape, dtype=residual_dtype) if residual_dtype is not None and residual_dtype != h.dtype
+            else h.new_empty((0,)))
+    return h.new_empty(h.shape), weight.new_empty(weight.shape), dres
 
 
 def _rms_norm_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -72,11 +74,13 @@ def _rms_norm_backward(ctx: Any, dh: Optional[torch.Tensor], dy: Optional[torch.
         return None, None, None, None, None
     if dy is None:  # y unused downstream: its gradient is zero
         dy = torch.zeros(h.shape, dtype=ctx.y_dtype, device=h.device)
-    dx, dweight = ops.rms_norm_backward(dy, dh, h, weight, rstd)
-    dres = None
-    if ctx.has_residual:
-        dres = dx if ctx.residual_dtype == dx.dtype else dx.to(ctx.residual_dtype)
-    return dx, dres, dweight, None, None
+    # A residual narrower than h (the bf16 sublayer output beside the fp32 stream) gets its gradient from
+    # the same pass (dresidual), not from a cast after it.
+    cast = ctx.residual_dtype if ctx.has_residual and ctx.residual_dtype != h.dtype else None
+    dx, dweight, dres = ops.rms_norm_backward(dy, dh, h, weight, rstd, cast)
+    if not ctx.has_residual:
+        return dx, None, dweight, None, None
+    return dx, dres if cast is not None else dx, dweight, None, None
 
 
 torch.library.register_autograd("lmscale::rms_norm_forward", _rms_norm_backward, setup_context=_rms_norm_setup)
