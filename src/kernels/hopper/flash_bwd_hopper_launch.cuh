@@ -22,9 +22,8 @@ inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_co
   const cuuint32_t box[3] = {cuuint32_t(box_cols), 64, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   if (reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0) return false;
-  return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.dq_accum, dims, strides, box, elem_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_tiled_cached(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.dq_accum, dims, strides, box, elem_strides,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 // Note [bwd grid order] (flash_bwd_hopper.cuh): the largest power of two of heads whose Q, dO (input

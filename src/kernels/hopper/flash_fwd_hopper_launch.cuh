@@ -5,10 +5,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cuda_check.h"
 #include "kernels/hopper/flash_fwd_hopper.cuh"
+#include "kernels/hopper/recent_cache.h"
 
 namespace lmscale::kernels::hopper {
 
@@ -30,6 +32,42 @@ inline EncodeTiledFn encode_tiled() {
   return fn;
 }
 
+// Every argument of cuTensorMapEncodeTiled, zero-padded: the key of Note [tensor map cache].
+struct TensorMapArgs {
+  const void* ptr;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem_strides[5];
+  int dtype, rank, interleave, swizzle, l2_promotion, oob_fill;
+};
+
+// cuTensorMapEncodeTiled through this thread's cache of recent maps (Note [tensor map cache]).
+inline bool encode_tiled_cached(CUtensorMap* map, CUtensorMapDataType dtype, cuuint32_t rank, const void* ptr,
+                                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                const cuuint32_t* elem_strides, CUtensorMapSwizzle swizzle) {
+  constexpr auto kInterleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+  constexpr auto kL2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  constexpr auto kOob = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+  if (rank < 1 || rank > 5) return false;
+  TensorMapArgs a;
+  std::memset(&a, 0, sizeof a);
+  a.ptr = ptr;
+  std::memcpy(a.dims, dims, rank * sizeof(cuuint64_t));
+  std::memcpy(a.strides, strides, (rank - 1) * sizeof(cuuint64_t));
+  std::memcpy(a.box, box, rank * sizeof(cuuint32_t));
+  std::memcpy(a.elem_strides, elem_strides, rank * sizeof(cuuint32_t));
+  a.dtype = dtype;
+  a.rank = static_cast<int>(rank);
+  a.interleave = kInterleave;
+  a.swizzle = swizzle;
+  a.l2_promotion = kL2;
+  a.oob_fill = kOob;
+  thread_local RecentCache<TensorMapArgs, CUtensorMap> cache;
+  return cache.get(a, map, [&](CUtensorMap* out) {
+    return encode_tiled()(out, dtype, rank, const_cast<void*>(ptr), dims, strides, box, elem_strides, kInterleave,
+                          swizzle, kL2, kOob) == CUDA_SUCCESS;
+  });
+}
+
 // A 4-D map (d, row, head, batch) over q, k or v with boxes of box_cols x box_rows and the given swizzle.
 // False when TMA cannot describe the tensor.
 inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, int rows, int64_t row_stride,
@@ -47,12 +85,9 @@ inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, in
   if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled()(
-      map, p.dtype == FlashDtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-      const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return encode_tiled_cached(
+      map, p.dtype == FlashDtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, ptr, dims,
+      strides, box, elem_strides, swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
 // Builds the maps and launches variant C on `stream`; false (nothing launched) when the maps cannot be built.
