@@ -13,7 +13,7 @@
 # binary is prebuilt/lmscale_tests, or prebuilt/mini_tests (the FP8, overlap and AdamW test files).
 #
 # STAGES picks the stages (default: tests bench). Stages:
-#   tests      the FP8, overlap and fused-path GPU tests
+#   tests      the FP8, overlap and fused-path GPU tests (TESTS_FILTER: another gtest filter)
 #   bench      lmscale bf16 and fp8 at small, xl, 2.7B (BENCH_SIZES), optimizer overlap off
 #   bench-overlap  the same with the optimizer overlap on
 #   ablate     `bench --ablate` at ABLATE_SIZES (default xl) in fp8: what each piece and FP8 group buys
@@ -59,7 +59,7 @@ fi
 TESTS_BIN=$LMSCALE_BUILD_DIR/lmscale_tests
 [[ -x $TESTS_BIN ]] || TESTS_BIN=$LMSCALE_BUILD_DIR/mini_tests
 want tests && stage tests "${TESTS_S:-120}" "$TESTS_BIN" \
-  --gtest_filter='*Fp8*:*OptimizerOverlap*:*OptimizerInBackward*:*FusedModel*:*Bf16*:*Ablation*' \
+  --gtest_filter="${TESTS_FILTER:-*Fp8*:*OptimizerOverlap*:*OptimizerInBackward*:*FusedModel*:*Bf16*:*Ablation*}" \
   --gtest_output=json:tests.json
 COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")
 want bench && stage bench "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" --precision bf16,fp8 \
