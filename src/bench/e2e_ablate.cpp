@@ -97,7 +97,7 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
         j["change"] = row.change;
         j["fused"] = s.fused;
         j["optimizer_in_backward"] = s.optimizer_in_backward;
-        j["optimizer_overlap"] = s.optimizer_overlap;
+        j["optimizer_overlap"] = s.overlaps_optimizer();
         j["overlap_sm_carveout"] = s.overlap_sm_carveout;
         j["fp8_layers"] = Json{{"qkv", s.fp8.qkv},
                                {"out_proj", s.fp8.out_proj},

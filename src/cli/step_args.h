@@ -61,7 +61,7 @@ struct StepArgs {
   int64_t warmup = 5, steps = 10;
   bool fused = true;                 // StepSetup::fused
   bool optimizer_in_backward = false;  // StepSetup::optimizer_in_backward
-  std::optional<bool> optimizer_overlap;  // unset: StepSetup's default (kOptimizerOverlapDefault)
+  std::optional<bool> optimizer_overlap;  // unset: StepSetup's default (optimizer_overlap_default)
   std::optional<int64_t> fp8_min_dim;     // unset: Fp8Layers' default (kFp8MinDim)
   std::optional<bool> cuda_graph;    // unset: the library's default (E2EConfig::cuda_graph)
   bool reference = false;            // --reference

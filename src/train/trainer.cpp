@@ -25,7 +25,7 @@ void validate(const TrainRun& r) {
   // modes that update inside the backward live in TrainingStep::run() and are never armed here.
   TORCH_CHECK(!r.setup.optimizer_in_backward, "lmscale train clips the gradients between the backward and the update, "
               "so AdamW cannot run inside the backward: drop --optimizer-in-backward");
-  TORCH_CHECK(!r.setup.optimizer_overlap, "lmscale train clips the gradients between the backward and the update, "
+  TORCH_CHECK(!r.setup.optimizer_overlap.value_or(false), "lmscale train clips the gradients between the backward and the update, "
               "so AdamW cannot run under the backward: drop --optimizer-overlap");
   validate(r.setup);
 }
@@ -40,7 +40,8 @@ std::vector<int64_t> evaluation_steps(const TrainRun& r) {
 void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb) {
   validate(run);
   const auto start = std::chrono::steady_clock::now();
-  const StepSetup& setup = run.setup;
+  StepSetup setup = run.setup;
+  setup.optimizer_overlap = false;  // unset means off here, whatever the precision's default: validate() above
   const int64_t B = setup.batch, T = setup.context;
   const TokenFile train(run.train_path, setup.model.vocab_size);
   const TokenFile val(run.val_path, setup.model.vocab_size);

@@ -83,7 +83,7 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
     optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
   }
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
-  else if (setup_.optimizer_overlap)
+  else if (setup_.overlaps_optimizer())
     overlap_ = std::make_unique<OptimizerOverlap>(*optimizer_, setup_.overlap_bucket_bytes, setup_.overlap_sm_carveout);
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(setup_.device);
   inputs_ = torch::randint(setup_.model.vocab_size, {setup_.batch, setup_.context}, opts);

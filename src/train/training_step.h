@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/timer.h"
@@ -22,9 +23,11 @@ enum class StepMode { Forward, ForwardBackward, TrainStep };
 StepMode parse_mode(const std::string& name);
 std::string mode_name(StepMode m);
 
-// Whether StepSetup::optimizer_overlap is on unless asked otherwise: off, because on an H100 it made the
-// step slower at every size, bf16 and fp8 (docs/training_step_notes.md, "Measured (2026-11-26)").
-constexpr bool kOptimizerOverlapDefault = false;
+// Whether the optimizer runs under the backward when StepSetup::optimizer_overlap is unset, by precision:
+// on for fp8, where (once the producers took the amax passes off the backward) it made the xl step 1.02x
+// faster on an H100 and left 2.7B level; off for bf16, fp16 and fp32, where it was level or slower
+// (docs/training_step_notes.md, the producers' amax, "Measured").
+inline bool optimizer_overlap_default(c10::ScalarType precision) { return precision == c10::kFloat8_e4m3fn; }
 
 struct StepSetup {
   ModelConfig model = model_config("tiny");
@@ -45,7 +48,7 @@ struct StepSetup {
   // parameters on a second CUDA stream as their gradients become final, the backward's GEMMs
   // leaving `overlap_sm_carveout` SMs free. Bit-identical parameters to the ordinary step; ignored
   // when optimizer_in_backward is on.
-  bool optimizer_overlap = kOptimizerOverlapDefault;
+  std::optional<bool> optimizer_overlap;  // unset: optimizer_overlap_default(precision)
   int overlap_sm_carveout = 0;
   int64_t overlap_bucket_bytes = kOverlapBucketBytes;
   // The pieces of the fused path, each switchable for the ablation table (`lmscale bench --ablate`);
@@ -59,6 +62,8 @@ struct StepSetup {
     bool swiglu_kernel = true;       // SwiGLU's silu(a) ⊙ b in one kernel
     bool cross_entropy_kernel = true;  // the loss's log-softmax + NLL in one pass over the logits
   } parts;
+  // optimizer_overlap as set, else the precision's default.
+  bool overlaps_optimizer() const { return optimizer_overlap.value_or(optimizer_overlap_default(precision)); }
 };
 
 // Checks a setup before anything is allocated; each failure names the field and the fix.

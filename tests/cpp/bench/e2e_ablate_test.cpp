@@ -18,7 +18,7 @@ std::vector<int64_t> switches(const E2EConfig& c) {
   const auto& p = s.parts;
   return {c.cuda_graph,       s.fused,           p.adamw_kernel,       p.bf16_weight_copies,   p.qkv_gemm,
           p.rope_kernel,      p.norm_kernel,     p.swiglu_kernel,      p.cross_entropy_kernel, s.optimizer_in_backward,
-          s.optimizer_overlap, s.overlap_sm_carveout, static_cast<int64_t>(s.precision), s.fp8.qkv, s.fp8.out_proj,
+          s.overlaps_optimizer(), s.overlap_sm_carveout, static_cast<int64_t>(s.precision), s.fp8.qkv, s.fp8.out_proj,
           s.fp8.ffn,          s.fp8.lm_head,     s.fp8.min_dim,        s.fp8.cached_weights};
 }
 int changed(const E2EConfig& a, const E2EConfig& b) {

@@ -36,6 +36,22 @@ TEST(OptimizerOverlap, BucketsCoverEveryParameterOnce) {
   EXPECT_FALSE(plain.overlaps_optimizer());
 }
 
+// The default by precision (optimizer_overlap_default): on for fp8 only, and whatever is set wins.
+TEST(OptimizerOverlap, OnByDefaultForFp8OnlyAndAnExplicitChoiceWins) {
+  StepSetup s;  // optimizer_overlap unset
+  for (auto p : {c10::kFloat, c10::kBFloat16, c10::kHalf}) {
+    s.precision = p;
+    EXPECT_FALSE(s.overlaps_optimizer()) << c10::toString(p);
+  }
+  s.precision = c10::kFloat8_e4m3fn;
+  EXPECT_TRUE(s.overlaps_optimizer());
+  s.optimizer_overlap = false;
+  EXPECT_FALSE(s.overlaps_optimizer());
+  s.precision = c10::kBFloat16;
+  s.optimizer_overlap = true;
+  EXPECT_TRUE(s.overlaps_optimizer());
+}
+
 TEST(OptimizerOverlap, BitIdenticalToTheOrdinaryStepOnCpu) {
   StepSetup s;
   s.context = 16;

@@ -151,6 +151,28 @@ TEST(Train, ResumesFromRecordsKeepingFinishedEvaluations) {
   EXPECT_EQ(read_jsonl(cut + "/train.jsonl").size(), all.size() + 4);  // val at 0 and 10, train, grad norm
 }
 
+// The loop clips between the backward and the update, so AdamW cannot run under the backward: asked for, the
+// run fails naming the flag; left unset it is off, although fp8's step default (optimizer_overlap_default)
+// would turn it on.
+TEST(Train, RefusesTheOptimizerOverlap) {
+  const CorpusSummary c = tiny_corpus("train-overlap");
+  TrainOptions o = tiny_options(c, testing::temp_dir("train-overlap-out"));
+  o.base.steps = 4;
+  o.base.eval_every = 2;
+  o.base.lr = LrSchedule{3e-3, 3e-4, 1, 4};
+  const auto plain = o.setup_for;
+  o.setup_for = [plain](const std::string& precision) {
+    StepSetup s = plain(precision);
+    s.optimizer_overlap = true;
+    return s;
+  };
+  const TrainOutcome refused = run_training(o);
+  EXPECT_EQ(refused.failures, 1);
+  std::string all;
+  for (const auto& r : read_jsonl(o.out + "/train.jsonl")) all += r.dump();
+  EXPECT_NE(all.find("drop --optimizer-overlap"), std::string::npos) << all;
+}
+
 TEST(TrainCli, UsageErrorsAndCorpus) {
   auto r = testing::run_cli("train --device cpu --steps 5");
   EXPECT_EQ(r.exit_code, 2) << r.output;
