@@ -261,14 +261,27 @@ def measure_cell(impl, size, c, device):
         torch.cuda.empty_cache()
 
 
+def argv_without(argv, option):
+    """argv with `option` taken out: `--option=v`, or `--option` with the values after it (up to the next
+    `--` flag); for re-running this command with that option set otherwise."""
+    out, skipping = [], False
+    for a in argv:
+        if a == option or a.startswith(option + "="):
+            skipping = a == option
+            continue
+        if skipping and not a.startswith("--"):
+            continue
+        skipping = False
+        out.append(a)
+    return out
+
+
 def run_cell(impl, size, argv):
     """measure_cell in a fresh Python process (the same options, this one cell): its output lines pass through
     to stderr; a child that dies is an error cell with its last line as the reason."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = argv_without(list(sys.argv[1:] if argv is None else argv), "--out")
     cmd = [sys.executable, "-m", "lmscale.drop_in_bench", *args, "--sizes", size, "--impls", impl, "--cell-json",
            "--in-process"]
-    cmd = [a for i, a in enumerate(cmd)
-           if not (a == "--out" or a.startswith("--out=") or (i > 0 and cmd[i - 1] == "--out"))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     last = ""
     for line in proc.stdout:

@@ -5,7 +5,7 @@
 # product can be compared kernel by kernel without the clock drift. The probe runs while the product builds
 # (the build uses the CPUs, the probe the GPU).
 #   scripts/gpu/attention_clocks.sh OUT        (carry .deps build-probe)
-# Results: OUT/clocks.csv (nvidia-smi every 100 ms), OUT/phases.txt (when each phase began), OUT/probe.txt,
+# Results: OUT/clocks.csv (nvidia-smi every 100 ms, through the ncu runs too), OUT/phases.txt (when each phase began), OUT/probe.txt,
 # OUT/product.txt, OUT/ncu.txt, OUT/build.log.
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
@@ -17,10 +17,8 @@ BIN=$LMSCALE_BUILD_DIR/lmscale
 phase() { echo "$(date +%H:%M:%S.%N | cut -c1-12) $*" >>"$OUT/phases.txt"; }
 
 nvidia-smi -q -d POWER,CLOCK,PERFORMANCE >"$OUT/nvidia-smi.txt" 2>&1
-FIELDS=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
-nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv >/dev/null 2>&1 && FIELDS+=,clocks_event_reasons.active
-nvidia-smi --query-gpu=$FIELDS --format=csv -lms 100 >"$OUT/clocks.csv" 2>&1 &
-SMI=$!
+source "$(dirname "$0")/timed_stages.sh"  # log_clocks
+log_clocks "$OUT/clocks.csv" 100
 
 phase build-start
 "$ROOT/lmscale" build >"$OUT/build.log" 2>&1 &
@@ -31,7 +29,7 @@ BUILD=$!
     phase "probe time $shape"; "$H" time $shape bf16 20
   done
 } >"$OUT/probe.txt" 2>&1
-wait $BUILD || { phase build-failed; tail -30 "$OUT/build.log"; kill $SMI; exit 1; }
+wait $BUILD || { phase build-failed; tail -30 "$OUT/build.log"; exit 1; }
 phase build-done
 {
   phase "product d128"
@@ -40,7 +38,6 @@ phase build-done
   "$BIN" bench attention --leaderboard --impl lmscale-flash,sdpa-cudnn --out "$OUT/res_lb"
   phase "product done"
 } >"$OUT/product.txt" 2>&1
-kill $SMI
 {
   echo "== probe, 1 x 16 x 16384 x 128 causal backward"
   ncu --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second "$H" bwd_time 1 16 16384 128 1 bf16 1 2>&1 |

@@ -171,14 +171,7 @@ def main():
         return 0
     rc = 0
     for impl in args.impls:  # a fresh process each: an impl timed second in one process loses time (drop_in_bench)
-        argv = [a for a in sys.argv[1:]]
-        i = argv.index("--impls") if "--impls" in argv else None
-        if i is not None:
-            j = i + 1
-            while j < len(argv) and not argv[j].startswith("--"):
-                j += 1
-            del argv[i:j]
-        rc |= subprocess.call([sys.executable, __file__, *argv, "--impls", impl])
+        rc |= subprocess.call([sys.executable, __file__, *dib.argv_without(sys.argv[1:], "--impls"), "--impls", impl])
     return rc
 
 

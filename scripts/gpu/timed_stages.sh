@@ -13,11 +13,12 @@ stage() {
   pack
   return $rc
 }
-# The SM clock, power draw and clock-event reasons every 200 ms into $1 until the script exits: whether a
-# stage ran at full clock or under the power cap (docs/flash_notes.md, "The product's d = 128 gap").
+# log_clocks FILE [MS]: the SM clock, power draw and clock-event reasons every MS ms (200) into FILE until the
+# script exits: whether a stage ran at full clock or under the power cap (docs/flash_notes.md, "The product's
+# d = 128 gap").
 log_clocks() {
   local fields=timestamp,clocks.sm,power.draw,temperature.gpu
   nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv >/dev/null 2>&1 && fields+=,clocks_event_reasons.active
-  nvidia-smi --query-gpu=$fields --format=csv -lms 200 >"$1" 2>&1 &
+  nvidia-smi --query-gpu=$fields --format=csv -lms "${2:-200}" >"$1" 2>&1 &
   trap "kill $! 2>/dev/null" EXIT
 }

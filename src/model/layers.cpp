@@ -143,10 +143,6 @@ torch::Tensor LinearImpl::fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor*
   return linear_fp8(x, bf16_copy_current() ? weight_bf16 : weight, {weight}, fp8_weight(), quantized_x, dy_amax);
 }
 
-torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x) {
-  return forward_fp8(x, &quantized_x, {});
-}
-
 torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x,
                                       const ops::Fp8AmaxSlot& dy_amax) {
   TORCH_CHECK(uses_fp8(x), "Linear::forward_fp8: this layer does not take the FP8 path for x ", x.sizes());

@@ -40,12 +40,10 @@ class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);  // (..., in) → (..., out)
-  // forward on the FP8 path (uses_fp8(x) must hold) with x already quantized by quantize_fp8_input, so that
-  // layers reading one input share its cast (SwiGLU's W1 and W3).
-  torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor& quantized_x);
-  // The same with what the neighbouring kernels did for this layer: x quantized (null: quantized
-  // here), and the slot in which the kernel that writes this layer's output gradient records its amax
-  // (ops/fp8_amax.h; undefined: the backward takes dY's amax itself).
+  // forward on the FP8 path (uses_fp8(x) must hold) with what the neighbouring kernels did for this layer:
+  // x already quantized by quantize_fp8_input (null: quantized here), so that layers reading one input share
+  // its cast (SwiGLU's W1 and W3), and the slot in which the kernel that writes this layer's output gradient
+  // records its amax (ops/fp8_amax.h; undefined: the backward takes dY's amax itself).
   torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x, const ops::Fp8AmaxSlot& dy_amax);
   // A slot for a producer to record an amax this layer's FP8 casts read (its input's, or its output
   // gradient's), when the layer runs in FP8 (fp8 set, bf16 autocast on) with fp8_producer_amax on;

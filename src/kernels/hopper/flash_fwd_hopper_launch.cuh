@@ -32,12 +32,13 @@ inline EncodeTiledFn encode_tiled() {
   return fn;
 }
 
-// Every argument of cuTensorMapEncodeTiled, zero-padded: the key of Note [tensor map cache].
+// The arguments of cuTensorMapEncodeTiled that vary between calls, zero-padded: the key of Note [tensor
+// map cache] (interleave, L2 promotion and out-of-bounds fill are the same for every map here).
 struct TensorMapArgs {
   const void* ptr;
   cuuint64_t dims[5], strides[4];
   cuuint32_t box[5], elem_strides[5];
-  int dtype, rank, interleave, swizzle, l2_promotion, oob_fill;
+  int dtype, rank, swizzle;
 };
 
 // cuTensorMapEncodeTiled through this thread's cache of recent maps (Note [tensor map cache]).
@@ -57,10 +58,7 @@ inline bool encode_tiled_cached(CUtensorMap* map, CUtensorMapDataType dtype, cuu
   std::memcpy(a.elem_strides, elem_strides, rank * sizeof(cuuint32_t));
   a.dtype = dtype;
   a.rank = static_cast<int>(rank);
-  a.interleave = kInterleave;
   a.swizzle = swizzle;
-  a.l2_promotion = kL2;
-  a.oob_fill = kOob;
   thread_local RecentCache<TensorMapArgs, CUtensorMap> cache;
   return cache.get(a, map, [&](CUtensorMap* out) {
     return encode_tiled()(out, dtype, rank, const_cast<void*>(ptr), dims, strides, box, elem_strides, kInterleave,

@@ -136,7 +136,8 @@ TEST(Fp8Linear, SwiGluCastsTheInputOfW1AndW3Once) {
   });
   ASSERT_EQ(shared.size(), apart.size());
   for (size_t i = 0; i < shared.size(); ++i) EXPECT_TRUE(torch::equal(shared[i], apart[i])) << "output/gradient " << i;
-  EXPECT_THROW(ffn->w2->forward_fp8(torch::randn({3, 96}), quantize_fp8_input(torch::randn({3, 96}))), c10::Error)
+  const auto q3 = quantize_fp8_input(torch::randn({3, 96}));
+  EXPECT_THROW(ffn->w2->forward_fp8(torch::randn({3, 96}), &q3, {}), c10::Error)
       << "3 tokens do not take the FP8 path: forward_fp8 must refuse";
 }
 
