@@ -14,6 +14,7 @@
 //   flash_hopper_probe bwd_check_deterministic [D]  bwd_check with the deterministic dQ order
 //   flash_hopper_probe bwd_repeatable           deterministic mode: dQ bitwise equal over reruns
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
+//   flash_hopper_probe bwd_compare B H S D causal [iters] [rounds]  shipped vs bwd_variants(D), alternating order (bf16)
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -415,17 +417,19 @@ BwdRef reference_bwd_head(const std::vector<double>& q, const std::vector<double
   return r;
 }
 
-// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: 64- or 128-query
-// tiles (Note [dQ split]).
+// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: BwdConfig's
+// arguments (query tile, dQ staging tiles, conversion boxes, Q / dO slots).
 struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM>
+template <int D, int kBlockM, int kDqBufs = 1, int kConvBufs = 0, int kStages = 0>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM>>(pp, st);
+              using C = lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kDqBufs, kConvBufs, kStages>;
+              lk::hopper::launch_bwd<C>(pp, st);
+              return lk::hopper::bwd_writes_dq<C>(pp);
             });
           }};
 }
@@ -439,7 +443,20 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   q.dq_tile_ticket = nullptr;
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
-  if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
+  // fuse: dQ converted in the main kernel (Note [dQ fused conversion]); dq2: two dQ staging tiles per group;
+  // st3: three Q / dO slots.
+  if (d == 64) {
+    v.push_back(bwd_variant<64, 64>("m64"));
+    v.push_back(bwd_variant<64, 128, 1, 2>("fuse"));
+    v.push_back(bwd_variant<64, 128, 2, 0, 2>("dq2"));
+  } else if (d == 80) {
+    v.push_back(bwd_variant<80, 64, 1, 1>("fuse"));
+    v.push_back(bwd_variant<80, 64, 2, 0>("dq2"));
+  } else if (d == 128) {
+    v.push_back(bwd_variant<128, 64, 1, 2>("fuse"));
+    v.push_back(bwd_variant<128, 64, 2, 0, 2>("dq2"));
+    v.push_back(bwd_variant<128, 64, 1, 0, 3>("st3"));
+  }
   return v;
 }
 
@@ -604,6 +621,10 @@ int check_bwd_variants() {
       for (bool causal : {false, true}) {
         for (int s : {1, 77, 130, 1000}) failures += check_bwd_case({1, 2, s, d, causal, true, false, d}, rng, &var);
         failures += check_bwd_case({2, 3, 257, d, causal, true, true, d}, rng, &var);
+        g_deterministic = true;  // the deterministic order through the same variant
+        std::printf("(deterministic) ");
+        failures += check_bwd_case({1, 2, 1000, d, causal, true, false, d}, rng, &var);
+        g_deterministic = false;
       }
   std::printf("bwd_variants: %d failure(s)\n", failures);
   return failures ? 1 : 0;
@@ -654,6 +675,40 @@ int time_bwd(const Case& c, int iters) {
   return 0;
 }
 
+// The shipped backward and every variant of bwd_variants(D), timed in `rounds` rounds whose order alternates
+// (forward, then reversed), so no kernel gains from running first under the power cap; per kernel the
+// median of each round and their mean.
+int compare_bwd(const Case& c, int iters, int rounds) {
+  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
+  BwdBuffers bb = alloc_bwd(c, L);
+  std::mt19937 rng(7);
+  fill_bwd_inputs(c, L, bb, rng);
+  const auto p = make_bwd_params(c, L, bb);
+  lk::hopper::run_fwd(p, nullptr);
+  const double bwd_flop = 2.5 * 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
+  std::vector<BwdVariant> impls = {{"shipped", [](const lk::FlashParams& q) { run_hopper_bwd<__nv_bfloat16>(q); }}};
+  for (const BwdVariant& v : bwd_variants(c.d)) impls.push_back(v);
+  std::vector<std::vector<float>> ms(impls.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t k = 0; k < impls.size(); ++k) {
+      const size_t i = r % 2 ? impls.size() - 1 - k : k;
+      ms[i].push_back(median_ms([&] { impls[i].fn(p); }, iters));
+    }
+  std::printf("bwd_compare bf16 b=%d h=%d s=%d d=%d causal=%d (%d rounds x median of %d)\n", c.b, c.h, c.s, c.d, c.causal,
+              rounds, iters);
+  for (size_t i = 0; i < impls.size(); ++i) {
+    double mean = 0;
+    std::printf("  %-9s", impls[i].name);
+    for (float t : ms[i]) std::printf(" %.3f", t), mean += t;
+    mean /= ms[i].size();
+    std::printf("  mean %.4f ms (%.0f TFLOP/s)  vs shipped %+.2f %%\n", mean, bwd_flop / mean / 1e9,
+                100.0 * (mean / (std::accumulate(ms[0].begin(), ms[0].end(), 0.0) / ms[0].size()) - 1));
+  }
+  std::fflush(stdout);
+  free_bwd(bb);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -677,6 +732,11 @@ int main(int argc, char** argv) {
                    std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
       return time_bwd(c, argc > 8 ? std::atoi(argv[8]) : 20);
     }
+    if (mode == "bwd_compare" && argc >= 7) {
+      const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
+                   std::atoi(argv[6]) != 0, true, false, std::atoi(argv[5])};
+      return compare_bwd(c, argc > 7 ? std::atoi(argv[7]) : 10, argc > 8 ? std::atoi(argv[8]) : 4);
+    }
     if (mode == "time" && argc >= 7) {
       const bool bf = argc < 8 || std::string(argv[7]) != "fp16";
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
@@ -684,7 +744,8 @@ int main(int argc, char** argv) {
       return time(c, argc > 8 ? std::atoi(argv[8]) : 20, argc > 9 && std::string(argv[9]) == "all");
     }
     std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
-                 "bwd_check [D] | bwd_check_deterministic [D] | bwd_small [D] | bwd_variants | bwd_repeatable | bwd_time B H S D causal [bf16|fp16] [iters]\n");
+                 "bwd_check [D] | bwd_check_deterministic [D] | bwd_small [D] | bwd_variants | bwd_repeatable | bwd_time B H S D causal [bf16|fp16] [iters] | "
+                 "bwd_compare B H S D causal [iters] [rounds]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

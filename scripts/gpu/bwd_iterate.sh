@@ -3,9 +3,12 @@
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one
-# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full]
+# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare]
 #   quick: variants check + issue 26's shapes; default adds the grid shapes and kernel durations;
-#   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer.
+#   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
+#   compare: variants check, then the shipped backward against every variant in alternating order
+#   (bwd_compare) on issue 26's shapes, and ncu's kernel durations and instruction counts of each at
+#   the leaderboard shape.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
 set -uo pipefail
@@ -13,6 +16,18 @@ source "$(dirname "$0")/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
+if [[ $MODE == compare ]]; then
+  {
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    for shape in "1 16 16384 64 1" "1 16 16384 128 1" "4 32 2048 80 1" "4 16 4096 64 1" "1 16 8192 128 1" \
+                 "1 16 16384 64 0" "4 25 512 64 1"; do
+      "$H" bwd_compare $shape 10 4
+    done
+  } >"$OUT/compare.txt" 2>&1
+  ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+    "$H" bwd_compare 1 16 16384 64 1 1 1 >"$OUT/ncu.txt" 2>&1
+  exit 0
+fi
 {
   nvidia-smi --query-gpu=name --format=csv,noheader
   for shape in "1 16 16384 64 1" "1 16 16384 128 1" "4 32 2048 80 1" "1 16 8192 128 1" "4 16 4096 64 1" \
