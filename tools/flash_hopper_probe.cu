@@ -417,19 +417,17 @@ BwdRef reference_bwd_head(const std::vector<double>& q, const std::vector<double
   return r;
 }
 
-// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: BwdConfig's
-// arguments (query tile, dQ staging tiles, conversion boxes, Q / dO slots).
+// Variants of the Hopper backward's main kernel (bf16), each run through run_bwd_steps: 64- or 128-query
+// tiles (Note [dQ split]).
 struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kDqBufs = 1, int kConvBufs = 0, int kStages = 0>
+template <int D, int kBlockM>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              using C = lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kDqBufs, kConvBufs, kStages>;
-              lk::hopper::launch_bwd<C>(pp, st);
-              return lk::hopper::bwd_writes_dq<C>(pp);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM>>(pp, st);
             });
           }};
 }
@@ -443,20 +441,7 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   q.dq_tile_ticket = nullptr;
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
-  // fuse: dQ converted in the main kernel (Note [dQ fused conversion]); dq2: two dQ staging tiles per group;
-  // st3: three Q / dO slots.
-  if (d == 64) {
-    v.push_back(bwd_variant<64, 64>("m64"));
-    v.push_back(bwd_variant<64, 128, 1, 2>("fuse"));
-    v.push_back(bwd_variant<64, 128, 2, 0, 2>("dq2"));
-  } else if (d == 80) {
-    v.push_back(bwd_variant<80, 64, 1, 1>("fuse"));
-    v.push_back(bwd_variant<80, 64, 2, 0>("dq2"));
-  } else if (d == 128) {
-    v.push_back(bwd_variant<128, 64, 1, 2>("fuse"));
-    v.push_back(bwd_variant<128, 64, 2, 0, 2>("dq2"));
-    v.push_back(bwd_variant<128, 64, 1, 0, 3>("st3"));
-  }
+  if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
   return v;
 }
 

@@ -32,11 +32,9 @@
 namespace lmscale::kernels::hopper {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
-// columns, split between the groups: Note [dQ split]). kDqBufs_: dQ staging tiles per group, 1 or 2
-// (Note [dQ by TMA reduce]). kConvBufs_: 0, or the shared-memory boxes (8 KB each) through which the
-// block converts the query tiles it finishes (Note [dQ fused conversion]). kStages_: Q / dO slots, 0 for
-// as many as fit (at most 4). The shipped choice per head dim is BwdShipped below.
-template <typename T_, int D_, int kBlockM_, int kDqBufs_ = 1, int kConvBufs_ = 0, int kStages_ = 0>
+// columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
+// BwdShipped below.
+template <typename T_, int D_, int kBlockM_>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -70,57 +68,31 @@ struct BwdConfig {
   static constexpr int kDqN = kDqRowSplit ? D : D - kDqSplit;
   // Note [dQ by TMA reduce]. Each group's fp32 dQ tile (64 rows x kDqN columns) is staged in shared
   // memory as 32-column chunks of 128-byte rows with the 128-byte swizzle, the box of dq_accum's tensor
-  // map; the writer warp adds one chunk per TMA reduce. kDqBufs staging tiles per group, used in turn: the
-  // group refills one only once the writer has seen the reduce of kDqBufs tiles ago read it (named
-  // barriers bar_dq_empty / bar_dq_full).
-  static constexpr int kDqBufs = kDqBufs_;
+  // map; the writer warp adds one chunk per TMA reduce. One staging tile per group: the group refills it
+  // only once the writer has seen the previous reduce read it (named barriers kBarDqEmpty / kBarDqFull).
   static constexpr int kDqChunkCols = 32;
   static constexpr int kDqChunkBytes = 64 * kDqChunkCols * 4;
   static constexpr int kDqChunks = (kDqN + kDqChunkCols - 1) / kDqChunkCols;
   static constexpr int kDqStageBytes = kDqChunks * kDqChunkBytes;
-  // Note [dQ fused conversion]: boxes of dq_accum (the reduce's box) read back by TMA for the conversion, and
-  // the queue of tiles the writer hands the converter warp.
-  static constexpr int kConvBufs = kConvBufs_;
-  static constexpr bool kFuseConvert = kConvBufs > 0;
-  static constexpr int kConvQueue = kFuseConvert ? 4 : 0;
-  static constexpr int kConvColBoxes = (D + kDqChunkCols - 1) / kDqChunkCols;
-  static constexpr int kConvBoxes = kConvColBoxes * (kBlockM / 64);
-  static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqBufs * kDqStageBytes +
-                                     kConvBufs * kDqChunkBytes;
+  static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqStageBytes;
   static constexpr int kStageBytes = 2 * kQBytes + 2 * kRowBytes;
   static constexpr int kStagesFit = (227 * 1024 - 2048 - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kStages_ ? kStages_ : kStagesFit > 4 ? 4 : kStagesFit;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   // Shared memory (every tile 1024-byte aligned for the swizzle atoms): K, V, dS per consumer twice
-  // (tiles alternate, Note [dS buffers]), the dQ staging per consumer, the conversion boxes, the Q and dO
-  // slots, then L and D per slot, then the barriers and the conversion queue.
+  // (tiles alternate, Note [dS buffers]), the dQ staging per consumer, the Q and dO slots, then L and D
+  // per slot, then the barriers.
   static constexpr int kOffV = kKVBytes;
   static constexpr int kOffDS = 2 * kKVBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kConsumers * kDSBytes;
-  static constexpr int kOffConv = kOffDQ + kConsumers * kDqBufs * kDqStageBytes;
-  static constexpr int kOffQ = kOffConv + kConvBufs * kDqChunkBytes;
+  static constexpr int kOffQ = kOffDQ + kConsumers * kDqStageBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
-  static constexpr int kBarriers = 1 + 2 * kStages + 2 * kConvQueue + kConvBufs;
-  static constexpr int kUsedBytes = kBarrierOffset + kBarriers * 8 + kConvQueue * 4;
-  // 1024 bytes of slack for align_1024, dropped where they do not fit: the kernel then traps unless the
-  // dynamic shared memory starts 1024-aligned, as it does on sm_90 (FlashAttention-3's d = 128 backward asks
-  // for exactly the 227 KB maximum and relies on it too).
-  static constexpr int kAlignSlack = kUsedBytes + 1024 <= 227 * 1024 ? 1024 : 0;
-  static constexpr int kSmemBytes = kUsedBytes + kAlignSlack;
-  // Named barriers (id 0 is __syncthreads): both consumers' dS of a tile written (kBarDs); per consumer
-  // group g and staging tile b, filled (bar_dq_full) and free again (bar_dq_empty), each between the
-  // group's 128 threads and the writer warp.
-  static constexpr int kBarDs = 1;
-  static constexpr int bar_dq_full(int g, int b) { return 2 + g * kDqBufs + b; }
-  static constexpr int bar_dq_empty(int g, int b) { return 2 + (kConsumers + g) * kDqBufs + b; }
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
-  static_assert(kDqBufs == 1 || kDqBufs == 2, "one or two dQ staging tiles per group");
-  static_assert(kConvBufs >= 0 && kConvBufs <= 2, "zero to two conversion boxes");
   static_assert(kStages >= 2, "Q/dO need double buffering");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
-  static_assert(bar_dq_empty(kConsumers - 1, kDqBufs - 1) < 16, "16 named barriers");
   static_assert(D % 16 == 0 && D <= 256 && kDqSplit % 16 == 0 && kDqN % 16 == 0, "wgmma N is a multiple of 8");
   static_assert(kDqRowSplit || kDqSplit % kDqChunkCols == 0, "each group's dQ columns start on a reduce chunk");
 };
@@ -133,16 +105,10 @@ struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;
 };
 
-// Threads of a dQ staging barrier (BwdConfig::bar_dq_full / bar_dq_empty): one consumer group and the writer.
-constexpr int kDqBarThreads = 128 + 32;
-
-// Whether the main kernel of config C writes dQ itself (Note [dQ fused conversion]): it converts only with
-// per-tile counters, i.e. the tickets of Note [dQ first store] or the deterministic semaphore; otherwise the
-// caller converts dq_accum after it (run_bwd_steps).
-template <typename C>
-inline bool bwd_writes_dq(const FlashParams& p) {
-  return C::kFuseConvert && (p.dq_tile_ticket != nullptr || p.dq_semaphore != nullptr);
-}
+// Named barriers (id 0 is __syncthreads): both consumers' dS of a tile written; per consumer group g, its
+// dQ staging filled (kBarDqFull + g) and free again (kBarDqEmpty + g), each between the group's 128
+// threads and the writer warp.
+constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4, kDqBarThreads = 128 + 32;
 
 // Note [bwd grid order]. A 1-D grid. The (batch, head) pairs are cut into L2 sections of
 // heads_per_section heads whose Q, dO and dq_accum fit in L2 together (bwd_heads_per_section); a section's
@@ -172,9 +138,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   constexpr int kAtomBytes = 8 * kSwB;
 
   extern __shared__ unsigned char smem_raw[];
-  if constexpr (C::kAlignSlack == 0) {
-    if (smem_addr(smem_raw) & 1023u) __trap();  // no slack to align: see BwdConfig::kAlignSlack
-  }
   unsigned char* smem = align_1024(smem_raw);
   unsigned char* sK = smem;
   unsigned char* sV = smem + C::kOffV;
@@ -189,12 +152,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
-  // Note [dQ fused conversion]: the writer hands tiles to the converter through a ring of kConvQueue entries
-  // (conv_full: an entry written; conv_empty: read again); conv_loaded[i]: box i of dq_accum has landed.
-  uint64_t* conv_full = q_empty + kStages;
-  uint64_t* conv_empty = conv_full + C::kConvQueue;
-  uint64_t* conv_loaded = conv_empty + C::kConvQueue;
-  int* conv_tile = reinterpret_cast<int*>(conv_loaded + C::kConvBufs);
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -215,69 +172,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       mbar_init(&q_full[s], 1 + 32);
       mbar_init(&q_empty[s], 128 * C::kConsumers);
     }
-    for (int i = 0; i < C::kConvQueue; ++i) {
-      mbar_init(&conv_full[i], 1);
-      mbar_init(&conv_empty[i], 1);
-    }
-    for (int i = 0; i < C::kConvBufs; ++i) mbar_init(&conv_loaded[i], 1);
     mbar_init_fence();
   }
   __syncthreads();
-
-  // Note [dQ fused conversion]: the converter (producer warp 3). Per tile handed over, each box of dq_accum
-  // (64 rows x 32 columns, the reduce's box) comes back by TMA into one of kConvBufs buffers, the next box
-  // loading while this one is converted; lanes take 8 columns of a row each (16-byte stores of dq, rows of
-  // 64 bytes).
-  auto convert_tiles = [&] {
-    constexpr int kBufs = C::kConvBufs > 0 ? C::kConvBufs : 1, kQueue = C::kConvQueue > 0 ? C::kConvQueue : 1;
-    const int lane = threadIdx.x % 32;
-    unsigned char* conv = smem + C::kOffConv;
-    T* gdq = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride;
-    int loads = 0;  // boxes loaded so far: box k used buffer k % kConvBufs, parity (k / kConvBufs) & 1
-    for (int k = 0;; ++k) {
-      const int i = k % kQueue;
-      mbar_wait(&conv_full[i], (k / kQueue) & 1);
-      const int m = conv_tile[i];
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&conv_empty[i]);
-      if (m < 0) break;
-      auto load = [&](int j, int k_load) {  // lane 0: box j of tile m
-        uint64_t* bar = &conv_loaded[k_load % kBufs];
-        mbar_arrive_expect_tx(bar, C::kDqChunkBytes);
-        tma_load_3d(conv + (k_load % kBufs) * C::kDqChunkBytes, &maps.dq_accum, bar,
-                    (j % C::kConvColBoxes) * C::kDqChunkCols, m * kBlockM + (j / C::kConvColBoxes) * 64, bh);
-      };
-      if (lane == 0) {
-        fence_proxy_async_global();  // the other blocks' adds, acquired by the writer, before the TMA reads
-        for (int j = 0; j < kBufs && j < C::kConvBoxes; ++j) load(j, loads + j);
-      }
-#pragma unroll 1
-      for (int j = 0; j < C::kConvBoxes; ++j, ++loads) {
-        const int buf = loads % kBufs;
-        mbar_wait(&conv_loaded[buf], (loads / kBufs) & 1);
-        const unsigned char* box = conv + buf * C::kDqChunkBytes;
-        const int col0 = (j % C::kConvColBoxes) * C::kDqChunkCols, row0 = m * kBlockM + (j / C::kConvColBoxes) * 64;
-#pragma unroll 2
-        for (int e = lane; e < 64 * 4; e += 32) {
-          // Box row r (128 bytes, 16-byte unit u at u ^ (r % 8)), columns 8 q .. 8 q + 7: units 2 q, 2 q + 1.
-          const int r = e / 4, q = e % 4;
-          const int row = row0 + r, col = col0 + 8 * q;
-          if (row < p.seqlen_q && col < D) {
-            const float4 x0 = *reinterpret_cast<const float4*>(box + r * 128 + (((2 * q) ^ (r % 8)) * 16));
-            const float4 x1 = *reinterpret_cast<const float4*>(box + r * 128 + (((2 * q + 1) ^ (r % 8)) * 16));
-            uint4 out;
-            out.x = pack2<T>(x0.x * p.scale, x0.y * p.scale);
-            out.y = pack2<T>(x0.z * p.scale, x0.w * p.scale);
-            out.z = pack2<T>(x1.x * p.scale, x1.y * p.scale);
-            out.w = pack2<T>(x1.z * p.scale, x1.w * p.scale);
-            *reinterpret_cast<uint4*>(gdq + row * p.dq_row_stride + col) = out;
-          }
-        }
-        __syncwarp();  // every lane's reads of the buffer are done before TMA refills it
-        if (lane == 0 && j + kBufs < C::kConvBoxes) load(j + kBufs, loads + kBufs);
-      }
-    }
-  };
 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
@@ -331,12 +228,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         if (m + 1 < m_tiles) fetch(m + 1);
       }
     } else if (warp == 2) {
-      // Note [dQ by TMA reduce]: the writer. Each group's staging tiles start free; after each tile's reduces
-      // have read one, it is free again for the tile kDqBufs later (when there is one: nobody waits otherwise).
+      // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
+      // have read it, it is free again (not after the last tile: nobody waits for that).
       if (lane == 0) tma_prefetch_map(&maps.dq_accum);
       static_assert(C::kConsumers == 2, "the writer's wait_group counts assume two groups");
-      for (int g = 0; g < C::kConsumers; ++g)
-        for (int sb = 0; sb < C::kDqBufs && m_first + sb < m_tiles; ++sb) named_arrive(C::bar_dq_empty(g, sb), kDqBarThreads);
+      for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
       // Note [deterministic dQ]. With p.dq_semaphore, every query tile has a counter of the key blocks that
       // have added into it; block n waits until it reads n (acquire), adds, waits until its adds are done
       // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
@@ -351,45 +247,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       // running block whose store depends on nothing. In the deterministic order key block 0 is first in
       // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
       int* tickets = !semaphore && p.dq_tile_ticket ? p.dq_tile_ticket + bh * tiles64 * 2 : nullptr;
-      // Note [dQ fused conversion]. With counters per tile (tickets or the semaphore) the block whose adds
-      // land last in a query tile converts it (dq = dq_accum * scale in the input dtype) on warp 3, so no
-      // conversion kernel runs after this one (bwd_writes_dq). With tickets the flag of Note [dQ first store]
-      // counts the landed partial sums instead: every writer, once its adds have landed, adds 1 (acq_rel);
-      // the one that brings it to the tile's number of key blocks converts. A writer waits for its adds to
-      // land one tile late (at the start of the next tile, when it would otherwise wait for the consumers),
-      // so the staging is freed as early as before. In the deterministic order the last key block converts.
-      const bool fuse = C::kFuseConvert && (semaphore || tickets);
-      const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-      // Key blocks that add into query tile m: every block, or (causal) those whose first key is before its
-      // last query (m_first of block n is n * kBlockN / kBlockM).
-      auto contributors = [&](int m) {
-        const int causal_blocks = ((m + 1) * kBlockM - 1) / kBlockN + 1;
-        return Causal && causal_blocks < n_blocks ? causal_blocks : n_blocks;
-      };
-      int posted = 0;
-      auto post = [&](int m) {  // lane 0: hand tile m (or -1: done) to the converter
-        constexpr int kQueue = C::kConvQueue > 0 ? C::kConvQueue : 1;
-        const int i = posted % kQueue;
-        mbar_wait(&conv_empty[i], ((posted / kQueue) & 1) ^ 1);
-        conv_tile[i] = m;
-        mbar_arrive(&conv_full[i]);  // release (CTA): the converter sees the entry and what was acquired before
-        ++posted;
-      };
-      // lane 0, tile m's adds (or store) landed and fenced: count them, convert when they are the last.
-      auto count_landed = [&](int m) {
-        int* ticket = tickets + m * (kBlockM / 64) * 2;
-        if (atom_acq_rel_add_gpu(ticket + 1, 1) + 1 == contributors(m)) post(m);
-      };
-      int pending = -1;  // a tile whose adds are issued but not yet counted (tickets, fused)
       for (int m = m_first; m < m_tiles; ++m) {
-        if (pending >= 0 && lane == 0) {
-          bulk_wait_all();
-          fence_proxy_async_global();
-          count_landed(pending);
-        }
-        pending = -1;
         int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
-        int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] landed
+        int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] stored
         bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
         if (turn && lane == 0) {
           while (ld_acquire_gpu(turn) != n_block) {
@@ -406,11 +266,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         }
         // Both groups' reduces are issued before either staging is waited for, so group 1's never queues
         // behind group 0's read.
-        const int sb = (m - m_first) % C::kDqBufs;  // the staging tile of this query tile
         for (int g = 0; g < C::kConsumers; ++g) {
-          named_sync(C::bar_dq_full(g, sb), kDqBarThreads);
+          named_sync(kBarDqFull + g, kDqBarThreads);
           if (lane == 0) {
-            const unsigned char* stage = smem + C::kOffDQ + (g * C::kDqBufs + sb) * C::kDqStageBytes;
+            const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
             for (int c = 0; c < chunks; ++c) {
               const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
@@ -426,35 +285,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           bulk_wait_all();             // the adds are done, not only their reads of shared memory
           fence_proxy_async_global();  // ... and ordered before the release below
           red_release_add_gpu(turn, 1);
-          if (fuse && n_block == contributors(m) - 1) post(m);
         } else if (ticket && store && lane == 0) {
           bulk_wait_all();  // the store has landed: the other blocks may add
           fence_proxy_async_global();
-          if (fuse)
-            count_landed(m);
-          else
-            st_release_gpu(ticket + 1, 1);
-        } else if (fuse) {
-          pending = m;
+          st_release_gpu(ticket + 1, 1);
         }
         for (int g = 0; g < C::kConsumers; ++g) {
           if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();
           __syncwarp();
-          if (m + C::kDqBufs < m_tiles) named_arrive(C::bar_dq_empty(g, sb), kDqBarThreads);
+          if (m + 1 < m_tiles) named_arrive(kBarDqEmpty + g, kDqBarThreads);
         }
       }
-      if (lane == 0) {
-        bulk_wait_all();
-        if (pending >= 0) {
-          fence_proxy_async_global();
-          count_landed(pending);
-        }
-        if (fuse) post(-1);
-      }
-    } else if (warp == 3) {
-      if constexpr (C::kFuseConvert) {
-        if (p.dq_semaphore || p.dq_tile_ticket) convert_tiles();
-      }
+      if (lane == 0) bulk_wait_all();
     }
     return;
   }
@@ -530,8 +372,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   };
   // This group's dQ tile into its staging (Note [dQ by TMA reduce]): fragment (row, column) pairs as float2
   // into 128-byte rows with the 128-byte swizzle; columns past what the group adds are dropped.
-  auto stage_dq = [&](const float(&acc)[C::kDqN / 2], int dq_buf) {
-    unsigned char* stage = smem + C::kOffDQ + (wg * C::kDqBufs + dq_buf) * C::kDqStageBytes;
+  auto stage_dq = [&](const float(&acc)[C::kDqN / 2]) {
+    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
     const int n_add = dq_cols_added(wg);
 #pragma unroll
     for (int i = 0; i < C::kDqN / 8; ++i) {
@@ -614,7 +456,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_commit();
     store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    named_sync(C::kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+    named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
 
     float acc_dq[C::kDqN / 2];
     wgmma_fence();
@@ -626,11 +468,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dq);
     fence_regs(acc_dv);
     fence_regs(p_frag);
-    const int dq_buf = it % C::kDqBufs;
-    named_sync(C::bar_dq_empty(wg, dq_buf), kDqBarThreads);
-    stage_dq(acc_dq, dq_buf);
+    named_sync(kBarDqEmpty + wg, kDqBarThreads);
+    stage_dq(acc_dq);
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
-    named_arrive(C::bar_dq_full(wg, dq_buf), kDqBarThreads);
+    named_arrive(kBarDqFull + wg, kDqBarThreads);
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);

@@ -1,6 +1,6 @@
 // Host side of the Hopper backward's main kernel (flash_bwd_hopper.cuh): TMA maps for q, k, v and dout,
-// the shared memory opt-in, the grid. The caller runs the preprocess (D; dq_accum zeroed or not) before and,
-// unless bwd_writes_dq<C>(p), the dQ conversion after (run_bwd_steps). Instantiated per dtype in flash_bwd_hopper_{bf16,fp16}.cu.
+// the shared memory opt-in, the grid. The caller runs the preprocess (D; dq_accum zeroed or not) before and
+// the dQ conversion after (flash_api.cu). Instantiated per dtype in flash_bwd_hopper_{bf16,fp16}.cu.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>

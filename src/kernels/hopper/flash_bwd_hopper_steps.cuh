@@ -1,8 +1,7 @@
-// The launches of the Hopper backward, in order: the mma.sync backward's preprocess (D = rowsum(dO ∘ O);
-// dq_accum zeroed only when the main kernel adds into every tile, i.e. with neither p.dq_tile_ticket nor
-// p.dq_semaphore: Note [dQ first store]), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
-// library), and, unless the main kernel converted dQ itself (Note [dQ fused conversion]: with tickets or the
-// semaphore), the mma.sync backward's dq_accum -> dq conversion. Included by flash_api.cu, whose
+// The three launches of the Hopper backward, in order: the mma.sync backward's preprocess (D =
+// rowsum(dO ∘ O); dq_accum zeroed only when the main kernel adds into every tile, i.e. with neither
+// p.dq_tile_ticket nor p.dq_semaphore: Note [dQ first store]), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
+// library), and the mma.sync backward's dq_accum -> dq conversion. Included by flash_api.cu, whose
 // translation unit is built for every architecture of the build: the two shared kernels are instantiated
 // there, never in the sm_90a-only library (one kernel registered from two fat binaries with different
 // architectures would be ambiguous). tools/flash_hopper_probe.cu includes it as well.
@@ -16,15 +15,14 @@
 
 namespace lmscale::kernels::hopper {
 
-// `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant) and returns
-// whether it wrote p.dq.
+// `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant).
 template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
   const int batch_heads = p.batch * p.heads;
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
   flash::launch_flash_bwd_preprocess<T, D>(p, stream, /*zero_dq_accum=*/!p.dq_tile_ticket && !p.dq_semaphore);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
-  if (main_kernel(p, stream)) return;
+  main_kernel(p, stream);
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
   constexpr int kConvThreads = 256;
   flash::flash_bwd_convert_dq_kernel<T, D>
@@ -35,7 +33,7 @@ void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_
 // The whole Hopper backward at any head dim of HopperHeadDims (bwd_unsupported_reason(p) must be empty).
 template <typename T>
 void run_bwd_all_steps(const FlashParams& p, cudaStream_t stream) {
-  auto main_kernel = [](const FlashParams& q, cudaStream_t s) { return run_bwd(q, s); };
+  auto main_kernel = [](const FlashParams& q, cudaStream_t s) { run_bwd(q, s); };
   with_head_dim_or_throw(HopperHeadDims{}, p.head_dim, "run_flash_bwd (hopper)", "Hopper",
                          [&](auto d) { run_bwd_steps<T, decltype(d)::value>(p, stream, main_kernel); });
 }

@@ -37,16 +37,11 @@ bool fwd_dispatch(const FlashParams& p, cudaStream_t stream) {
   return p.dtype == FlashDtype::kBF16 ? fwd_for_dtype<__nv_bfloat16>(p, stream) : fwd_for_dtype<__half>(p, stream);
 }
 
-// False when the head dim has no Hopper kernel or TMA cannot describe q/k/v/dout; *dq_written: whether the
-// kernel converted dQ itself (bwd_writes_dq).
 template <typename T>
-bool bwd_for_dtype(const FlashParams& p, cudaStream_t stream, bool* dq_written) {
+bool bwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
   bool ran = false;
-  with_head_dim(HopperHeadDims{}, p.head_dim, [&](auto d) {
-    using C = BwdShipped<T, decltype(d)::value>;
-    ran = launch_bwd<C>(p, stream);
-    *dq_written = bwd_writes_dq<C>(p);
-  });
+  with_head_dim(HopperHeadDims{}, p.head_dim,
+                [&](auto d) { ran = launch_bwd<BwdShipped<T, decltype(d)::value>>(p, stream); });
   return ran;
 }
 
@@ -96,16 +91,13 @@ std::string bwd_unsupported_reason(const FlashParams& p) {
   return {};
 }
 
-bool run_bwd(const FlashParams& p, void* stream) {
+void run_bwd(const FlashParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  bool dq_written = false;
-  const bool ran = p.dtype == FlashDtype::kBF16 ? bwd_for_dtype<__nv_bfloat16>(p, s, &dq_written)
-                                                : bwd_for_dtype<__half>(p, s, &dq_written);
+  const bool ran = p.dtype == FlashDtype::kBF16 ? bwd_for_dtype<__nv_bfloat16>(p, s) : bwd_for_dtype<__half>(p, s);
   if (!ran) {
     const std::string why = bwd_unsupported_reason(p);
     throw std::runtime_error("run_flash_bwd (hopper): " + (why.empty() ? "cuTensorMapEncodeTiled rejected q/k/v/dout" : why));
   }
-  return dq_written;
 }
 
 void run_fwd(const FlashParams& p, void* stream) {

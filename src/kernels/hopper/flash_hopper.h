@@ -18,9 +18,7 @@ void run_fwd(const FlashParams& p, void* stream);
 std::string bwd_unsupported_reason(const FlashParams& p);
 
 // Launches the Hopper backward's main kernel only: it reads p.dsum and adds into p.dq_accum, so the
-// preprocess runs before it (run_bwd_steps, flash_bwd_hopper_steps.cuh). Returns true when it also wrote
-// p.dq (Note [dQ fused conversion], flash_bwd_hopper.cuh: with p.dq_tile_ticket or p.dq_semaphore), false
-// when the dQ conversion must run after it.
-bool run_bwd(const FlashParams& p, void* stream);
+// preprocess runs before it and the dQ conversion after (run_bwd_steps, flash_bwd_hopper_steps.cuh).
+void run_bwd(const FlashParams& p, void* stream);
 
 }  // namespace lmscale::kernels::hopper
