@@ -159,7 +159,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // Causal: query tiles wholly before the block's first key see none of its keys and are skipped.
   const int m_first = Causal ? n0 / kBlockM : 0;
   const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so the compiler knows it is warp-uniform and keeps what derives from it (the
+  // group's descriptor bases) in uniform registers instead of moving it there before every wgmma.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   // The part of dQ group g adds (Note [dQ split]): first row in the tile, first column, columns it adds.
   auto dq_row0 = [](int g) { return C::kDqRowSplit ? g * 64 : 0; };
@@ -323,21 +325,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
 
   // S^T = K Q^T or dP^T = V dO^T (issue only): A = this group's 64 rows of K (V), B = the Q (dO) slot,
   // both K-major over the head dim.
+  // Descriptors are built from their two words (desc_lo / desc_at, hopper_ptx.cuh): one add per k-step.
+  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes), kHiDs = desc_hi<128>(1024);
   auto issue_kq = [&](float(&acc)[kBlockM / 2], uint32_t a_base, uint32_t b_slot) {
+    const uint32_t a_lo = desc_lo(a_base, 16), b_lo = desc_lo(b_slot, 16);
 #pragma unroll
     for (int kk = 0; kk < C::kKSteps; ++kk) {
       const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
-      const uint64_t da = smem_desc<kSwB>(a_base + c * kBlockN * kSwB + off, 16, kAtomBytes);
-      const uint64_t db = smem_desc<kSwB>(b_slot + c * kBlockM * kSwB + off, 16, kAtomBytes);
+      const uint64_t da = desc_at(a_lo, kHiAtom, c * kBlockN * kSwB + off);
+      const uint64_t db = desc_at(b_lo, kHiAtom, c * kBlockM * kSwB + off);
       wgmma_ss<T, kBlockM>(acc, da, db, kk > 0);
     }
   };
   // acc (64 keys x D) += frag (P^T or dS^T in registers, 64 keys x kBlockM queries) * slot (kBlockM
   // queries x D: dO or Q, N-major).
   auto issue_acc_rs = [&](float(&acc)[D / 2], const uint32_t(&frag)[kBlockM / 16][4], uint32_t slot) {
+    const uint32_t b_lo = desc_lo(slot, kBlockM * kSwB);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      const uint64_t db = smem_desc<kSwB>(slot + kk * 16 * kSwB, kBlockM * kSwB, kAtomBytes);
+      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
       wgmma_rs<T, D>(acc, frag[kk], db, 1);
     }
   };
@@ -348,11 +354,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
     const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
     const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
+    const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const int g = kk / (C::kKeysPerGroup / 16), off = (kk % (C::kKeysPerGroup / 16)) * 32;
-      const uint64_t da = smem_desc<128>(ds_buf + g * C::kDSBytes + off, 16, 1024);
-      const uint64_t db = smem_desc<kSwB>(k_cols + kk * 16 * kSwB, kBlockN * kSwB, kAtomBytes);
+      const uint64_t da = desc_at(a_lo, kHiDs, g * C::kDSBytes + off);
+      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
       wgmma_ss_bt<T, N>(acc, da, db, kk > 0);
     }
   };
@@ -415,25 +422,34 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
 
     wgmma_wait<1>();
     fence_regs(s_acc);
-    // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked.
+    // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked. Two
+    // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
+    // inside it, ptxas predicated the mask's compares and selects, which then took issue slots on every tile
+    // (~190 of ~1,000 instructions per consumer warp and tile at d = 64: docs/flash_notes.md, v5.2).
     const bool masked = key0 + C::kKeysPerGroup > p.seqlen_k || (Causal && m0 < key0 + C::kKeysPerGroup - 1);
+    auto softmax = [&](auto mask) {
 #pragma unroll
-    for (int i = 0; i < kBlockM / 8; ++i) {
-      const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
+      for (int i = 0; i < kBlockM / 8; ++i) {
+        const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float le = e ? l.y : l.x;
-        float pa = fast_exp2(fmaf(s_acc[4 * i + e], scale_log2, -le));
-        float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -le));
-        if (masked) {
-          const int q = m0 + 8 * i + col_in_tile + e;
-          if (key_a >= p.seqlen_k || (Causal && key_a > q)) pa = 0.f;
-          if (key_b >= p.seqlen_k || (Causal && key_b > q)) pb = 0.f;
+        for (int e = 0; e < 2; ++e) {
+          const float le = e ? l.y : l.x;
+          float pa = fast_exp2(fmaf(s_acc[4 * i + e], scale_log2, -le));
+          float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -le));
+          if constexpr (decltype(mask)::value) {
+            const int q = m0 + 8 * i + col_in_tile + e;
+            if (key_a >= p.seqlen_k || (Causal && key_a > q)) pa = 0.f;
+            if (key_b >= p.seqlen_k || (Causal && key_b > q)) pb = 0.f;
+          }
+          s_acc[4 * i + e] = pa;
+          s_acc[4 * i + 2 + e] = pb;
         }
-        s_acc[4 * i + e] = pa;
-        s_acc[4 * i + 2 + e] = pb;
       }
-    }
+    };
+    if (masked)
+      softmax(std::true_type{});
+    else
+      softmax(std::false_type{});
     wgmma_wait<0>();
     fence_regs(dp_acc);
     // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), one

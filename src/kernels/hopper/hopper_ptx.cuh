@@ -99,6 +99,22 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes,
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (mode << 62);
 }
 
+// The same descriptor as two 32-bit words, for a kernel that steps through a tile: desc_lo holds the start
+// address and the leading byte offset, desc_hi the stride byte offset and the mode, and desc_at adds a byte
+// offset to the address field alone. Shared addresses are below 2^18 (228 KB), so addr >> 4 fits the
+// 14-bit field and adding an offset that stays inside shared memory never carries into the next one; the
+// compiler then builds each k-step's descriptor with one integer add instead of re-masking and re-shifting
+// the address (six uniform-datapath instructions per wgmma in the backward, docs/flash_notes.md, v5.2).
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo_bytes) { return (addr >> 4) | ((lbo_bytes >> 4) << 16); }
+template <int kSwizzleBytes>
+constexpr uint32_t desc_hi(uint32_t sbo_bytes) {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64, "128- or 64-byte swizzle");
+  return (sbo_bytes >> 4) | ((kSwizzleBytes == 128 ? 1u : 2u) << 30);
+}
+__device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t hi, uint32_t byte_offset) {
+  return (static_cast<uint64_t>(hi) << 32) | (lo + (byte_offset >> 4));
+}
+
 // ---- Register reallocation (PTX 9.7.17.1): a warpgroup gives registers back or takes them.
 template <int N>
 __device__ __forceinline__ void regs_release() {
