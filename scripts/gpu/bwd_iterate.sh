@@ -8,7 +8,10 @@
 #   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
 #   compare: variants check, then the shipped backward against every variant in alternating order
 #   (bwd_compare) on issue 26's shapes, and ncu's kernel durations and instruction counts of each at
-#   the leaderboard shape.
+#   the leaderboard shape;
+#   ab: a kernel change against the probe built before it (BASE, default build-probe/flash_hopper_probe_base):
+#   the forward and backward checks of the new one, then bwd_time / time of both, alternating
+#   base, new, new, base per shape, and ncu of both at the leaderboard shape; then what full adds.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
 set -uo pipefail
@@ -16,6 +19,31 @@ source "$(dirname "$0")/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
+if [[ $MODE == ab ]]; then
+  BASE=${BASE:-build-probe/flash_hopper_probe_base}
+  { "$H" check; "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
+  {
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    for shape in "1 16 16384 64 1" "1 16 16384 128 1" "4 32 2048 80 1" "4 16 4096 64 1" "1 16 8192 128 1" \
+                 "1 16 16384 64 0" "4 25 512 64 1"; do
+      for bin in "$BASE" "$H" "$H" "$BASE"; do echo "[$bin]"; "$bin" bwd_time $shape bf16 10; done
+    done
+    for shape in "1 16 16384 64 1" "1 16 16384 128 1" "4 32 2048 80 1"; do
+      for bin in "$BASE" "$H" "$H" "$BASE"; do echo "[$bin]"; "$bin" time $shape bf16 20; done
+    done
+  } >"$OUT/ab.txt" 2>&1
+  for bin in "$BASE" "$H"; do
+    echo "== $bin"
+    ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      "$bin" bwd_compare 1 16 16384 64 1 1 1 2>&1 | grep -E "^  void|gpu__time|inst_exec|hmma"
+  done >"$OUT/ncu.txt" 2>&1
+  for tool in memcheck racecheck synccheck; do
+    echo "== $tool"
+    compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
+    compute-sanitizer --tool $tool "$H" small 2>&1 | tail -3
+  done >"$OUT/sanitizer.txt" 2>&1
+  exit 0
+fi
 if [[ $MODE == compare ]]; then
   {
     nvidia-smi --query-gpu=name --format=csv,noheader

@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   const int m0 = m_block * kBlockM;
   const int n_end = Causal ? min(p.seqlen_k, m0 + kBlockM) : p.seqlen_k;
   const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0 so the compiler knows it is warp-uniform (descriptor bases stay in uniform registers).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -188,22 +189,24 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
 
   // S = Q K^T for the K tile in slot s (issue only).
+  // Descriptors from their two words, one add per k-step (desc_lo / desc_at, hopper_ptx.cuh).
+  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes);
   auto issue_qk = [&](int s) {
-    const uint32_t k_slot = k_base + s * C::kKVBytes;
+    const uint32_t a_lo = desc_lo(q_base, 16), b_lo = desc_lo(k_base + s * C::kKVBytes, 16);
 #pragma unroll
     for (int kk = 0; kk < C::kDPad / 16; ++kk) {
       const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
-      const uint64_t da = smem_desc<kSwB>(q_base + c * kBlockM * kSwB + off, 16, kAtomBytes);
-      const uint64_t db = smem_desc<kSwB>(k_slot + c * kBlockN * kSwB + off, 16, kAtomBytes);
+      const uint64_t da = desc_at(a_lo, kHiAtom, c * kBlockM * kSwB + off);
+      const uint64_t db = desc_at(b_lo, kHiAtom, c * kBlockN * kSwB + off);
       wgmma_ss<T, kBlockN>(s_acc, da, db, kk > 0);
     }
   };
   // O += P V for the V tile in slot s (issue only).
   auto issue_pv = [&](int s) {
-    const uint32_t v_slot = v_base + s * C::kKVBytes;
+    const uint32_t b_lo = desc_lo(v_base + s * C::kKVBytes, kBlockN * kSwB);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = smem_desc<kSwB>(v_slot + kk * 16 * kSwB, kBlockN * kSwB, kAtomBytes);
+      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
       wgmma_rs<T, D>(acc_o, p_frag[kk], db, 1);
     }
   };
