@@ -15,6 +15,8 @@
 # STAGES picks the stages (default: tests bench). Stages:
 #   tests      the FP8, overlap and fused-path GPU tests (TESTS_FILTER: another gtest filter)
 #   bench      lmscale bf16 and fp8 at small, xl, 2.7B (BENCH_SIZES), optimizer overlap off
+#   bench-dynamic  lmscale fp8 with --fp8-scaling dynamic at BENCH_SIZES (the bench stage's fp8 is the
+#              default scaling, delayed): the two scalings and bf16 in one call
 #   bench-overlap  the same with the optimizer overlap on
 #   ablate     `bench --ablate` at ABLATE_SIZES (default xl) in fp8: what each piece and FP8 group buys
 #   ablate-small  the same for small (where FP8 falls back to bf16)
@@ -64,6 +66,8 @@ want tests && stage tests "${TESTS_S:-120}" "$TESTS_BIN" \
 COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")
 want bench && stage bench "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" --precision bf16,fp8 \
   "${COMMON[@]}" --no-optimizer-overlap --out bench_serial
+want bench-dynamic && stage bench-dynamic "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" \
+  --precision fp8 --fp8-scaling dynamic "${COMMON[@]}" --no-optimizer-overlap --out bench_dynamic
 want bench-overlap && stage bench-overlap "${BENCH_S:-150}" "$BIN" bench --size "${BENCH_SIZES:-small,xl,2.7B}" \
   --precision bf16,fp8 "${COMMON[@]}" --optimizer-overlap --out bench_overlap
 want ablate && stage ablate "${ABLATE_S:-200}" "$BIN" bench --size "${ABLATE_SIZES:-xl}" --precision fp8 "${COMMON[@]}" \

@@ -104,7 +104,8 @@ std::string run_ablation(const std::vector<E2EConfig>& bases, const std::string&
                                {"ffn", s.fp8.ffn},
                                {"lm_head", s.fp8.lm_head},
                                {"min_dim", s.fp8.min_dim},
-                               {"cached_weights", s.fp8.cached_weights}};
+                               {"cached_weights", s.fp8.cached_weights},
+                               {"scaling", fp8_scaling_name(s.fp8.scaling)}};
         j["fused_parts"] = Json{{"adamw_kernel", s.parts.adamw_kernel},
                                 {"bf16_weight_copies", s.parts.bf16_weight_copies},
                                 {"qkv_gemm", s.parts.qkv_gemm},

@@ -144,6 +144,7 @@ std::vector<Json> e2e_records(const E2EConfig& c, const E2EResult& r, const std:
                    {field::warmup, c.warmup},
                    {field::steps, c.steps},
                    {field::cuda_graph, r.cuda_graph}});
+  if (c.setup.precision == c10::kFloat8_e4m3fn) base.set(field::fp8_scaling, fp8_scaling_name(c.setup.fp8.scaling));
   if (!r.cuda_graph_note.empty()) base.set(field::cuda_graph_note, r.cuda_graph_note);
   if (!r.injected.empty()) base.set(field::injected_fault, r.injected);
   base.set_status(r.status, r.reason);

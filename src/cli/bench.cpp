@@ -39,6 +39,7 @@ lmscale::E2ESweep to_sweep(const BenchArgs& a, c10::Device device) {
   s.base.setup.optimizer_in_backward = st.optimizer_in_backward;
   if (st.optimizer_overlap) s.base.setup.optimizer_overlap = *st.optimizer_overlap;
   if (st.fp8_min_dim) s.base.setup.fp8.min_dim = *st.fp8_min_dim;
+  if (st.fp8_scaling) s.base.setup.fp8.scaling = parse_fp8_scaling(*st.fp8_scaling);
   s.base.warmup = static_cast<int>(st.warmup);
   s.base.steps = static_cast<int>(st.steps);
   if (st.cuda_graph) s.base.cuda_graph = *st.cuda_graph;

@@ -195,6 +195,15 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
                        std::to_string(kFp8MinDim) + ", where FP8 stops paying for its casts; 0 puts every layer but "
                        "the LM head in FP8, e.g. to test FP8 numerics on a small model)")
         ->check(whole_at_least(0))->type_name("INT");
+    app.add_option("--fp8-scaling", a.fp8_scaling,
+                   std::string("with --precision fp8: how operands get their per-tensor scale. dynamic: from this "
+                               "step's amax, a cast pass after the kernel that writes each operand. delayed: from "
+                               "the largest amax of the last 16 steps, so RMSNorm, the SwiGLU gate (forward and backward) "
+                               "and RoPE's backward write their FP8 operands themselves, with no cast pass (an operand "
+                               "that grew past its scale saturates for a step; the first step runs dynamic); the "
+                               "other operands stay dynamic. Default ") +
+                       fp8_scaling_name(kFp8ScalingDefault) + " (faster on an H100: docs/training_step_notes.md)")
+        ->check(one_of("fp8 scaling", {"delayed", "dynamic"}))->type_name("SCALING");
   }
   if (has(kReference))
     app.add_flag("--reference", a.reference,
@@ -220,6 +229,9 @@ void apply_default_step(StepArgs& a, bool gpu) {
     a.fused = false;
     if (!a.cuda_graph) a.cuda_graph = false;
   }
+  if (a.fp8_scaling && std::find(a.precision.begin(), a.precision.end(), "fp8") == a.precision.end())
+    throw CLI::ValidationError("--fp8-scaling", "applies to --precision fp8 only (given: " + join(a.precision) +
+                                                    "): add fp8 to --precision or drop --fp8-scaling");
   if (a.cuda_graph.value_or(false) && !gpu)
     throw CLI::ValidationError("--cuda-graph", "captures CUDA work and needs a GPU: drop it or use --device cuda");
 }
@@ -288,6 +300,7 @@ StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device) {
   s.optimizer_in_backward = a.optimizer_in_backward;
   if (a.optimizer_overlap) s.optimizer_overlap = *a.optimizer_overlap;
   if (a.fp8_min_dim) s.fp8.min_dim = *a.fp8_min_dim;
+  if (a.fp8_scaling) s.fp8.scaling = parse_fp8_scaling(*a.fp8_scaling);
   return s;
 }
 

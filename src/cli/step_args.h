@@ -32,7 +32,7 @@ enum StepFlag : unsigned {
   kWarmup = 1u << 7,     // --warmup
   kSteps = 1u << 8,      // --steps
   kImpl = 1u << 9,       // --impl (choices given per subcommand)
-  kFastPath = 1u << 10,  // --no-fused, --optimizer-in-backward, --optimizer-overlap, --fp8-min-dim
+  kFastPath = 1u << 10,  // --no-fused, --optimizer-in-backward, --optimizer-overlap, --fp8-min-dim, --fp8-scaling
   kCudaGraph = 1u << 11, // --cuda-graph / --no-cuda-graph
   kReference = 1u << 12, // --reference: the assignment's settings instead of the default step
 };
@@ -63,6 +63,7 @@ struct StepArgs {
   bool optimizer_in_backward = false;  // StepSetup::optimizer_in_backward
   std::optional<bool> optimizer_overlap;  // unset: StepSetup's default (optimizer_overlap_default)
   std::optional<int64_t> fp8_min_dim;     // unset: Fp8Layers' default (kFp8MinDim)
+  std::optional<std::string> fp8_scaling;  // "delayed" or "dynamic"; unset: Fp8Layers' default (kFp8ScalingDefault)
   std::optional<bool> cuda_graph;    // unset: the library's default (E2EConfig::cuda_graph)
   bool reference = false;            // --reference
 };

@@ -117,6 +117,30 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const Fp8CastParams 
   }
 }
 
+// The transpose of FP8 bytes through the same 64×64 tile: phase 1 reads 8-byte row segments into the
+// tile, phase 2 is fp8_cast_kernel's.
+__global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(const uint8_t* in, uint8_t* out, int64_t rows,
+                                                                 int64_t cols) {
+  __shared__ __align__(16) uint8_t tile[kTile][kTile + 8];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile, col0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
+    const int r = i / (kTile / kVec), c = (i % (kTile / kVec)) * kVec;
+    const int64_t gr = row0 + r, gc = col0 + c;
+    if (gr >= rows || gc >= cols) continue;
+    *reinterpret_cast<uint2*>(&tile[r][c]) = *reinterpret_cast<const uint2*>(in + gr * cols + gc);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
+    const int c = i / (kTile / kVec), r = (i % (kTile / kVec)) * kVec;
+    const int64_t gr = row0 + r, gc = col0 + c;
+    if (gr >= rows || gc >= cols) continue;
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) lo |= uint32_t(tile[r + k][c]) << (8 * k), hi |= uint32_t(tile[r + 4 + k][c]) << (8 * k);
+    *reinterpret_cast<uint2*>(out + gc * rows + gr) = make_uint2(lo, hi);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launchers
 
@@ -169,6 +193,19 @@ void run_fp8_cast(const Fp8CastParams& p, void* stream) {
     fp8_cast_kernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   });
   LMSCALE_CUDA_CHECK_LAUNCH("fp8_cast_kernel");
+}
+
+void run_fp8_transpose(const void* in, void* out, int64_t rows, int64_t cols, void* stream) {
+  if (rows % 16 || cols % 16 || reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
+    throw std::runtime_error("run_fp8_transpose: rows " + std::to_string(rows) + " and cols " + std::to_string(cols) +
+                             " must be multiples of 16 and the pointers 16-byte aligned");
+  if (rows == 0 || cols == 0) return;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  check_grid_y(static_cast<int>(std::min<int64_t>(row_tiles, 1 << 30)), "fp8_transpose_kernel");
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>(row_tiles));
+  fp8_transpose_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint8_t*>(in),
+                                                                                  static_cast<uint8_t*>(out), rows, cols);
+  LMSCALE_CUDA_CHECK_LAUNCH("fp8_transpose_kernel");
 }
 
 }  // namespace lmscale::kernels

@@ -27,4 +27,10 @@ struct Fp8CastParams {
 void run_fp8_amax(const Fp8CastParams& params, void* stream);
 void run_fp8_cast(const Fp8CastParams& params, void* stream);
 
+// FP8 bytes (rows, cols) row-major to their transpose (cols, rows) row-major, byte for byte: the dW
+// GEMM's operand for an operand written in FP8 by a kernel that cannot write the transpose itself
+// (RMSNorm under delayed scaling). 1 B read + 1 B write per element. rows and cols multiples of 16,
+// pointers 16-byte aligned; throws std::runtime_error otherwise and on a CUDA error.
+void run_fp8_transpose(const void* fp8, void* fp8_t, int64_t rows, int64_t cols, void* stream);
+
 }  // namespace lmscale::kernels

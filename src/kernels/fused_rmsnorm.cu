@@ -11,6 +11,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_amax.cuh"
+#include "kernels/fp8_delayed.cuh"
 #include "kernels/fused_elementwise.cuh"
 #include "kernels/fused_rmsnorm_params.h"
 
@@ -44,7 +45,12 @@ __global__ void add_rmsnorm_fwd_kernel(const AddRmsNormFwdParams p) {
   const float rstd = rsqrtf(block_sum(ss, scratch) / C + p.eps);
   if (threadIdx.x == 0) p.rstd_out[blockIdx.x] = rstd;
   const TX* hr = r ? h : x;  // each thread reads back only what it wrote itself
-  TY* y = static_cast<TY*>(p.y_out) + base;
+  TY* y = p.y_out ? static_cast<TY*>(p.y_out) + base : nullptr;
+  // Delayed scaling: the FP8 bytes of y as stored, with the scale the history holds for this step.
+  Fp8History* yh = p.y_fp8.history;
+  uint8_t* yq = yh ? static_cast<uint8_t*>(p.y_fp8.data) + base : nullptr;
+  const float ys = yh ? yh->scale : 0.f;
+  const auto yf = yh ? static_cast<Fp8Format>(yh->format) : Fp8Format::kE4M3;
   uint32_t amax = 0;
   for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
     float v[N], g[N];
@@ -52,12 +58,14 @@ __global__ void add_rmsnorm_fwd_kernel(const AddRmsNormFwdParams p) {
     load<N>(p.gain + c, g);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      v[i] = v[i] * rstd * g[i];
-      amax = max(amax, stored_abs_bits<TY>(v[i]));
+      v[i] = rounded<TY>(v[i] * rstd * g[i]);  // as stored: the store below writes the same bits
+      amax = max(amax, abs_bits(v[i]));
     }
-    store<N>(y + c, v);
+    if (y) store<N>(y + c, v);
+    if (yq) fp8_tile::store_fp8<N>(yq + c, v, ys, yf);
   }
-  if (p.y_amax) block_amax_commit(amax, p.y_amax);
+  if (yh) fp8_tile::commit_amax(amax, yh);
+  else if (p.y_amax) block_amax_commit(amax, p.y_amax);
 }
 
 template <typename TH, typename TR, typename TY, int N>
@@ -160,7 +168,9 @@ void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
   if (p.rows == 0) return;
   if (p.rows > 0x7fffffff) throw std::runtime_error("add_rmsnorm forward: more than 2^31 - 1 rows in one launch");
   const bool vec = p.cols % 4 == 0 && aligned(p.x, 16) && aligned(p.residual, 16) && aligned(p.h_out, 16) &&
-                   aligned(p.y_out, 16) && aligned(p.gain, 16);
+                   aligned(p.y_out, 16) && aligned(p.gain, 16) && aligned(p.y_fp8.data, 4);
+  if (p.y_fp8.history && (p.y_dtype != FusedDtype::kBF16 || !p.y_fp8.data))
+    throw std::runtime_error("add_rmsnorm forward: an FP8 y (delayed scaling) needs bf16 y and its FP8 buffer");
   const int threads = threads_for_row(vec ? p.cols / 4 : p.cols);
   with_types(p.x_dtype, p.residual_dtype, p.y_dtype, [&](auto tx, auto tr, auto ty) {
     using TX = typename decltype(tx)::type;

@@ -11,9 +11,12 @@
 // FP8 (issue 27): y and the residual's gradient are FP8 GEMM operands (QKV or W1/W3 input; the dY of
 // the output projection or W2); given a slot, each kernel also takes max |·| of what it stores there,
 // bit-identical to fp8_amax_kernel's pass over the stored tensor (kernels/fp8_amax.cuh).
+// Under delayed scaling (fp8_history.h) the forward writes y in FP8 itself (row-major; a row kernel
+// cannot write the transpose coalesced, run_fp8_transpose does it from the FP8 bytes).
 #pragma once
 #include <cstdint>
 
+#include "kernels/fp8_history.h"
 #include "kernels/fused_dtype.h"
 
 namespace lmscale::kernels {
@@ -29,6 +32,9 @@ struct AddRmsNormFwdParams {
   void* y_out = nullptr;           // (rows, C), y_dtype
   float* rstd_out = nullptr;       // (rows)
   uint32_t* y_amax = nullptr;      // or null: max |y| as stored, float bits (fp8_scale.h); zeroed by the launcher
+  // Delayed scaling: y as FP8 bytes (y_fp8.data, row-major; data_t unused) with the history's scale, its
+  // amax into the history (fp8_history.h). y_out may then be null. Needs bf16 y and C a multiple of 4.
+  Fp8DelayedOut y_fp8;
   int64_t rows = 0;
   int cols = 0;
   float eps = 1e-5f;

@@ -7,9 +7,12 @@
 // row stride (column blocks of one wider GEMM operand); out and dout are contiguous.
 // FP8 (issue 27): out is W2's input, da and db the dY of W1 and W3; given a slot, the kernel also
 // takes max |·| of what it stores there, bit-identical to fp8_amax_kernel's pass (kernels/fp8_amax.cuh).
+// Under delayed scaling (fp8_history.h) the kernel writes those operands in FP8 itself, both layouts,
+// with the scale of the step's history, instead of bf16 for a cast pass to read (run_swiglu_*_fp8).
 #pragma once
 #include <cstdint>
 
+#include "kernels/fp8_history.h"
 #include "kernels/fused_dtype.h"
 
 namespace lmscale::kernels {
@@ -28,6 +31,9 @@ struct SwiGluParams {
   uint32_t* out_amax = nullptr;
   uint32_t* da_amax = nullptr;
   uint32_t* db_amax = nullptr;
+  // Delayed scaling: out (forward), da and db (backward) in FP8 (e4m3 out, e5m2 gradients: the
+  // history's format). The bf16 out / da / db pointers may then be null (nothing else reads them).
+  Fp8DelayedOut out_fp8, da_fp8, db_fp8;
   int64_t rows = 0, cols = 0;
   FusedDtype dtype = FusedDtype::kBF16;
 };
@@ -35,5 +41,13 @@ struct SwiGluParams {
 // Launch on `stream` (cudaStream_t as void*); throw std::runtime_error on a CUDA error.
 void run_swiglu_fwd(const SwiGluParams& params, void* stream);
 void run_swiglu_bwd(const SwiGluParams& params, void* stream);
+
+// Delayed scaling: the same math, each 64×64 tile of out (or of da and db) quantized with its history's
+// scale and written row-major and, when data_t is set, transposed (the dW GEMM's operand), amax into
+// the history. bf16 only. Whether these apply: swiglu_fp8_ok (rows and cols multiples of 16, strides
+// multiples of 8, 16-byte aligned pointers); the launchers throw otherwise.
+bool swiglu_fp8_ok(const SwiGluParams& params, bool backward);
+void run_swiglu_fwd_fp8(const SwiGluParams& params, void* stream);
+void run_swiglu_bwd_fp8(const SwiGluParams& params, void* stream);
 
 }  // namespace lmscale::kernels

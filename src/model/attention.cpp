@@ -136,7 +136,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const ops
     // The QKV GEMM's dY is written by the fused RoPE's backward, which then records its amax too.
     ops::Fp8AmaxSlot qkv_dy_amax;
     if (q_proj->uses_fp8(xc)) {
-      if (fused_rope) qkv_dy_amax = q_proj->fp8_amax_slot();
+      if (fused_rope) qkv_dy_amax = q_proj->fp8_amax_slot(Fp8Operand::kOutputGrad);
       const auto qx = quantize_fp8_input(xc, x_amax);
       qkv = linear_fp8(xc, rows_alias(copies ? q_proj->weight_bf16 : q_proj->weight),
                        {q_proj->weight, k_proj->weight, v_proj->weight}, copies ? q_proj->fp8_weight() : nullptr, &qx,

@@ -68,7 +68,16 @@ struct LinearFp8 : torch::autograd::Function<LinearFp8> {
 
   // x2 (rows, cols) row-major, and transposed if asked, with the amax its producer recorded in `slot`
   // when that is x2's (the cast alone), or with an amax pass of its own.
+  // Under delayed scaling the producer may have written x2 in FP8 itself (Fp8Amax::record_quantized):
+  // that form is used as it is, and x2's memory, never written, is not read.
   static ops::Fp8Tensor cast(const at::Tensor& x2, at::ScalarType fp8, bool transposed, const ops::Fp8AmaxSlot& slot) {
+    if (slot) {
+      if (auto q = slot->take_quantized(x2)) {
+        TORCH_INTERNAL_ASSERT(q->data.scalar_type() == fp8 && (!transposed || q->data_t.defined()),
+                              "the producer's FP8 form has format ", q->data.scalar_type(), ", the GEMM takes ", fp8);
+        return *q;
+      }
+    }
     const auto bits = slot ? slot->bits_for(x2) : at::Tensor();
     if (bits.defined()) return ops::fp8_quantize(x2, fp8, /*row_major=*/true, transposed, bits);
     return ops::fp8_quantize(x2, fp8, /*row_major=*/true, transposed);

@@ -131,11 +131,18 @@ const ops::Fp8Tensor* LinearImpl::fp8_weight() const {
   return weight_fp8.data.defined() && bf16_copy_current() ? &weight_fp8 : nullptr;
 }
 
-ops::Fp8AmaxSlot LinearImpl::fp8_amax_slot() const {
+ops::Fp8AmaxSlot LinearImpl::fp8_amax_slot(Fp8Operand operand) const {
   const auto dev = weight.device().type();
   const bool on = fp8 && fp8_producer_amax && at::autocast::is_autocast_enabled(dev) &&
                   at::autocast::get_autocast_dtype(dev) == torch::kBFloat16;
-  return on ? ops::new_fp8_amax_slot() : ops::Fp8AmaxSlot();
+  if (!on) return {};
+  auto slot = ops::new_fp8_amax_slot();
+  const auto& history = operand == Fp8Operand::kInput ? fp8_history_x
+                        : operand == Fp8Operand::kOutputGrad ? fp8_history_dy : torch::Tensor();
+  if (history.defined())  // X in e4m3, dY in e5m2, as linear_fp8 casts them
+    slot->attach_history(history, operand == Fp8Operand::kInput ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2,
+                         fp8_history_seeded);
+  return slot;
 }
 
 torch::Tensor LinearImpl::fp8_gemm(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x,
@@ -201,14 +208,18 @@ torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x, const ops::Fp8AmaxSlot
   if (w1->uses_fp8(xc) && w3->uses_fp8(xc)) {
     // One amax (x's producer's when it recorded one) and one cast of the input both GEMMs read.
     const auto qx = quantize_fp8_input(xc, x_amax);
-    if (fused_gate) da_amax = w1->fp8_amax_slot(), db_amax = w3->fp8_amax_slot();
+    if (fused_gate)
+      da_amax = w1->fp8_amax_slot(Fp8Operand::kOutputGrad), db_amax = w3->fp8_amax_slot(Fp8Operand::kOutputGrad);
     a = w1->forward_fp8(xc, &qx, da_amax);
     b = w3->forward_fp8(xc, &qx, db_amax);
   } else {
     a = w1(xc);
     b = w3(xc);
   }
-  ops::Fp8AmaxSlot gate_amax = fused_gate ? w2->fp8_amax_slot() : ops::Fp8AmaxSlot();
+  // Only when W2 will take the FP8 path (gate has a's shape): under delayed scaling the gate kernel
+  // then writes no bf16 gate at all.
+  ops::Fp8AmaxSlot gate_amax =
+      fused_gate && w2->uses_fp8(a) ? w2->fp8_amax_slot(Fp8Operand::kInput) : ops::Fp8AmaxSlot();
   auto gate = fused_gate ? ops::silu_mul(a, b, gate_amax, da_amax, db_amax) : torch::silu(a) * b;
   if (!w2->uses_fp8(gate)) return w2(gate);
   const auto qgate = quantize_fp8_input(gate, gate_amax);

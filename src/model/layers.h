@@ -36,6 +36,10 @@ class DeferInitGuard {
 // on whatever device the parameters live.
 void init_parameters(torch::nn::Module& module);
 
+// Which operand of an FP8 Linear an amax slot is for: its input X, its output gradient dY, or neither
+// (a slot without a delayed-scaling history).
+enum class Fp8Operand { kNone, kInput, kOutputGrad };
+
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);
@@ -47,8 +51,9 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor forward_fp8(const torch::Tensor& x, const ops::Fp8Tensor* quantized_x, const ops::Fp8AmaxSlot& dy_amax);
   // A slot for a producer to record an amax this layer's FP8 casts read (its input's, or its output
   // gradient's), when the layer runs in FP8 (fp8 set, bf16 autocast on) with fp8_producer_amax on;
-  // undefined otherwise, so that producers for bf16 layers take no amax.
-  ops::Fp8AmaxSlot fp8_amax_slot() const;
+  // undefined otherwise, so that producers for bf16 layers take no amax. With `operand` named and a
+  // history for it (delayed scaling, fp8_history_x / fp8_history_dy), the slot carries the history.
+  ops::Fp8AmaxSlot fp8_amax_slot(Fp8Operand operand = Fp8Operand::kNone) const;
   void reset_parameters();                        // trunc normal, std √(2/(in+out))
   // The weight as a matmul without gradient reads it under autocast: the bf16 copy when it is
   // current (see attach_bf16_copy), the weight itself otherwise (autocast then casts it as usual).
@@ -76,6 +81,11 @@ class LinearImpl : public torch::nn::Module {
   // a pass of its own per cast. Bit-identical either way; off only to compare the two.
   bool fp8_producer_amax = true;
   ops::Fp8Tensor weight_fp8;  // e4m3, both layouts; for packed q/k/v held by q_proj for the block
+  // Delayed scaling (Fp8Scaling::kDelayed): the amax histories (ops/fp8_history.h rows) of the X and dY
+  // operands that a fused producer writes in FP8 itself, undefined for the others (TransformerLM::
+  // use_fp8), and whether they are seeded: false until the first step's roll, which ran dynamic.
+  torch::Tensor fp8_history_x, fp8_history_dy;
+  bool fp8_history_seeded = false;
 
  private:
   // x · weightᵀ through linear_fp8 (the bf16 copy and cached FP8 weight when current), x quantized here

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/nvtx.h"
+#include "ops/fp8_history.h"
 
 namespace lmscale {
 
@@ -29,7 +30,7 @@ std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::forward_fused_norm
   // FP8 amax slots (undefined for bf16 layers): each producer records the amax of an operand it
   // writes, for the cast of the GEMM that reads it. Forward: y1 (QKV's X), y2 (W1/W3's X). Backward:
   // the gradient of attn's output (out_proj's dY, written by ln2) and of this block's delta.
-  const auto y1_amax = attn->q_proj->fp8_amax_slot(), y2_amax = ffn->w1->fp8_amax_slot();
+  const auto y1_amax = attn->q_proj->fp8_amax_slot(Fp8Operand::kInput), y2_amax = ffn->w1->fp8_amax_slot(Fp8Operand::kInput);
   const auto attn_dy_amax = attn->output_proj->fp8_amax_slot();
   auto [x1, y1] = ln1->add_forward(x, delta, y1_amax, delta_dy_amax ? *delta_dy_amax : ops::Fp8AmaxSlot());
   auto [h, y2] = ln2->add_forward(x1, attn(y1, y1_amax, attn_dy_amax), y2_amax, attn_dy_amax);
@@ -78,10 +79,20 @@ void TransformerLMImpl::use_fused_swiglu(bool on) {
   for (const auto& layer : *layers) layer->as<TransformerBlock>()->ffn->fused_gate = on;
 }
 
+const char* fp8_scaling_name(Fp8Scaling s) { return s == Fp8Scaling::kDelayed ? "delayed" : "dynamic"; }
+
+Fp8Scaling parse_fp8_scaling(const std::string& name) {
+  if (name == "delayed") return Fp8Scaling::kDelayed;
+  if (name == "dynamic") return Fp8Scaling::kDynamic;
+  TORCH_CHECK(false, "fp8 scaling '", name, "' is not one of: delayed, dynamic");
+}
+
 void TransformerLMImpl::use_fp8(const Fp8Layers& f) {
   auto mark = [&](LinearImpl& lin, bool group_on) {
     lin.fp8 = group_on && std::min(lin.weight.size(0), lin.weight.size(1)) >= f.min_dim;
     lin.fp8_producer_amax = f.producer_amax;
+    lin.fp8_history_x = lin.fp8_history_dy = torch::Tensor();
+    lin.fp8_history_seeded = false;
   };
   for (const auto& layer : *layers) {
     auto* block = layer->as<TransformerBlock>();
@@ -91,6 +102,47 @@ void TransformerLMImpl::use_fp8(const Fp8Layers& f) {
     for (auto* lin : {block->ffn->w1.get(), block->ffn->w2.get(), block->ffn->w3.get()}) mark(*lin, f.ffn);
   }
   mark(*lm_head, f.lm_head);
+  fp8_histories = torch::Tensor();
+  if (f.scaling != Fp8Scaling::kDelayed || !f.producer_amax) return;
+  // A history for each operand that a fused producer can write in FP8 (Fp8Scaling's list) and whose
+  // consumer is certain to be the FP8 GEMM: the producer hands on a bf16 tensor it never wrote, so a
+  // consumer that fell back to bf16 would read garbage. Hence only Linears whose both weight dims are
+  // multiples of 16 (fp8_linear_ok then depends on the token count alone, which the producers check)
+  // and only the consumers that take the producer's slot: RMSNorm's y (packed QKV's X; W1's and W3's
+  // X, one cast), the gate's output (W2's X) and gradients (W1's and W3's dY), RoPE's backward output
+  // (the packed QKV GEMM's dY).
+  std::vector<std::pair<torch::Tensor*, torch::ScalarType>> wanted;
+  auto fp8_16 = [](const Linear& lin) {
+    return lin->fp8 && lin->weight.size(0) % 16 == 0 && lin->weight.size(1) % 16 == 0;
+  };
+  for (const auto& layer : *layers) {
+    auto* block = layer->as<TransformerBlock>();
+    auto& ffn = *block->ffn;
+    auto& attn = *block->attn;
+    const bool packed_qkv = attn.qkv_packed() && fp8_16(attn.q_proj) && fp8_16(attn.k_proj) && fp8_16(attn.v_proj);
+    const bool w13 = fp8_16(ffn.w1) && fp8_16(ffn.w3);
+    if (fused_norms && packed_qkv) wanted.push_back({&attn.q_proj->fp8_history_x, torch::kFloat8_e4m3fn});
+    if (fused_norms && w13) wanted.push_back({&ffn.w1->fp8_history_x, torch::kFloat8_e4m3fn});
+    if (ffn.fused_gate && fp8_16(ffn.w2)) wanted.push_back({&ffn.w2->fp8_history_x, torch::kFloat8_e4m3fn});
+    if (ffn.fused_gate && w13) {
+      wanted.push_back({&ffn.w1->fp8_history_dy, torch::kFloat8_e5m2});
+      wanted.push_back({&ffn.w3->fp8_history_dy, torch::kFloat8_e5m2});
+    }
+    if (attn.fused_rope && packed_qkv) wanted.push_back({&attn.q_proj->fp8_history_dy, torch::kFloat8_e5m2});
+  }
+  if (wanted.empty()) return;
+  std::vector<torch::ScalarType> formats;
+  for (const auto& w : wanted) formats.push_back(w.second);
+  fp8_histories = ops::new_fp8_histories(formats, lm_head->weight.device());
+  for (size_t i = 0; i < wanted.size(); ++i) *wanted[i].first = fp8_histories[static_cast<int64_t>(i)];
+}
+
+void TransformerLMImpl::roll_fp8_histories() {
+  if (!fp8_histories.defined()) return;
+  ops::roll_fp8_histories(fp8_histories);
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* lin = m->as<LinearImpl>())
+      lin->fp8_history_seeded = lin->fp8_history_x.defined() || lin->fp8_history_dy.defined();
 }
 
 std::vector<torch::Tensor> TransformerLMImpl::attach_bf16_copies() {

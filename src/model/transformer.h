@@ -6,6 +6,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,22 @@ namespace lmscale {
 // all bf16, the LM head bf16. Not yet measured end to end: docs/training_step_notes.md (FP8) has the
 // ablation that decides them (scripts/gpu/fp8_check.sh, stages ablate and ablate-small).
 constexpr int64_t kFp8MinDim = 1024;
+
+// How FP8 operands get their per-tensor scale (docs/training_step_notes.md, delayed scaling):
+//   kDynamic  from this step's amax of the operand: a cast pass after the kernel that writes it.
+//   kDelayed  from the max of the operand's amax over the last kernels::kFp8HistoryLen steps, known
+//             before its producer runs, so the producer writes the FP8 bytes itself: RMSNorm's forward
+//             (the X of QKV and of W1/W3), the SwiGLU gate (forward: W2's X; backward: W1's and W3's
+//             dY) and RoPE's backward (the QKV GEMM's dY). Other operands (the attention output, the
+//             residual stream's gradients, the weights) keep the dynamic cast. The first step runs
+//             dynamic and seeds the histories.
+enum class Fp8Scaling { kDynamic, kDelayed };
+constexpr Fp8Scaling kFp8ScalingDefault = Fp8Scaling::kDelayed;
+// "dynamic" / "delayed", the spelling of --fp8-scaling and of the records' fp8_scaling field.
+const char* fp8_scaling_name(Fp8Scaling s);
+// The inverse; throws naming the allowed values.
+Fp8Scaling parse_fp8_scaling(const std::string& name);
+
 struct Fp8Layers {
   bool qkv = true;       // the Q, K, V projections (one GEMM when packed)
   bool out_proj = true;  // the attention output projection
@@ -35,6 +52,8 @@ struct Fp8Layers {
   // The activations' and gradients' amax taken by the kernels that write them (RMSNorm, the SwiGLU
   // gate, RoPE's backward; LinearImpl::fp8_producer_amax) instead of a pass per cast. Bit-identical.
   bool producer_amax = true;
+  // Delayed scaling needs the producers' slots (producer_amax) and the fused kernels that write the operands.
+  Fp8Scaling scaling = kFp8ScalingDefault;
 };
 
 class TransformerBlockImpl : public torch::nn::Module {
@@ -81,7 +100,15 @@ class TransformerLMImpl : public torch::nn::Module {
   // re-quantizes it from the bf16 copy with the amax the AdamW kernel took (FusedAdamW::
   // set_derived_weights). The forward then casts no weight. `amax_buffer` gets every amax slot.
   std::vector<DerivedWeights> attach_fp8_weights(torch::Tensor& amax_buffer);
+  // End of a training step (after the backward), under delayed scaling: folds the step's amax of every
+  // operand with a history into it and sets the next step's scales (ops::roll_fp8_histories; one kernel,
+  // inside the step's CUDA graph). The first call also marks the histories seeded, so the steps after
+  // the first (which ran dynamic) write those operands in FP8 from their producers. No-op otherwise.
+  void roll_fp8_histories();
   ModelConfig config;
+  // Every delayed-scaling history of the model, one row per operand (use_fp8 allocates it; undefined
+  // under dynamic scaling). The Linears hold views of its rows.
+  torch::Tensor fp8_histories;
   bool fused_norms = false;
   Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;

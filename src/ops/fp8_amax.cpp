@@ -2,9 +2,12 @@
 #include "ops/fp8_amax.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/autograd.h>
 
 #include <utility>
+
+#include "ops/fp8_history.h"
 
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -41,11 +44,25 @@ struct RecordGradAmax : torch::autograd::Function<RecordGradAmax> {
 void Fp8Amax::record(const at::Tensor& t, at::Tensor bits) {
   TORCH_CHECK(t.is_contiguous() && bits.scalar_type() == at::kInt && bits.numel() == 1,
               "Fp8Amax::record: t must be contiguous and bits one int32");
+  if (history_.defined()) fold_fp8_amax(history_, bits);
   if (t.is_inference()) {  // no version counter to tell later writes by: the consumer takes its own amax
     bits_.reset();
     return;
   }
   bits_ = std::move(bits);
+  remember(t);
+}
+
+void Fp8Amax::record_quantized(const at::Tensor& t, Fp8Tensor q) {
+  TORCH_CHECK(t.is_contiguous() && !t.is_inference(), "Fp8Amax::record_quantized: t must be contiguous and not an "
+              "inference tensor (its version counter tells the consumer it is the tensor handed on)");
+  TORCH_CHECK(q.data.defined() && q.inv_scale.defined(), "Fp8Amax::record_quantized: q needs its row-major data");
+  quantized_ = std::move(q);
+  bits_.reset();
+  remember(t);
+}
+
+void Fp8Amax::remember(const at::Tensor& t) {
   storage_ = t.storage().getWeakStorageImpl();
   offset_ = t.storage_offset();
   numel_ = t.numel();
@@ -53,12 +70,34 @@ void Fp8Amax::record(const at::Tensor& t, at::Tensor bits) {
   dtype_ = t.scalar_type();
 }
 
-at::Tensor Fp8Amax::bits_for(const at::Tensor& x) const {
-  if (!bits_.defined() || !storage_ || !x.defined() || !x.has_storage() || x.is_inference()) return {};
+bool Fp8Amax::is_recorded(const at::Tensor& x) const {
+  if (!storage_ || !x.defined() || !x.has_storage() || x.is_inference()) return false;
   const auto alive = storage_->lock();
-  const bool same = alive && alive.get() == x.storage().unsafeGetStorageImpl() && x.storage_offset() == offset_ &&
-                    x.numel() == numel_ && x.scalar_type() == dtype_ && x.is_contiguous() && x._version() == version_;
-  return same ? bits_ : at::Tensor();
+  return alive && alive.get() == x.storage().unsafeGetStorageImpl() && x.storage_offset() == offset_ &&
+         x.numel() == numel_ && x.scalar_type() == dtype_ && x.is_contiguous() && x._version() == version_;
+}
+
+at::Tensor Fp8Amax::bits_for(const at::Tensor& x) const {
+  return bits_.defined() && is_recorded(x) ? bits_ : at::Tensor();
+}
+
+void Fp8Amax::attach_history(at::Tensor history, at::ScalarType format, bool delayed) {
+  history_ = std::move(history);
+  history_format_ = format;
+  delayed_ = delayed;
+}
+
+bool Fp8Amax::delayed() const { return delayed_ && history_.defined() && !c10::InferenceMode::is_enabled(); }
+
+std::optional<Fp8Tensor> Fp8Amax::take_quantized(const at::Tensor& x) {
+  if (!quantized_) return std::nullopt;
+  TORCH_CHECK(is_recorded(x), "FP8 delayed scaling: the operand its producer wrote in FP8 reached its GEMM as another "
+              "tensor (", x.sizes(), "), whose bf16 memory nobody wrote. Likely causes: autograd summed this "
+              "gradient with another, or something wrote the tensor in between. Run with --fp8-scaling dynamic, "
+              "and report the model change that caused it");
+  auto q = std::move(quantized_);
+  quantized_.reset();
+  return q;
 }
 
 Fp8AmaxSlot new_fp8_amax_slot() { return c10::make_intrusive<Fp8Amax>(); }

@@ -3,6 +3,8 @@
 // writes there; the FP8 cast of t (ops/fp8_quantize.h) then reads that amax instead of running its
 // own pass over t. The slot also knows which tensor its amax is of, so a consumer handed anything else
 // (a copy, a sum of gradients, a tensor written since) gets nothing and runs the separate pass.
+// Under delayed scaling the slot also carries the operand's amax history (ops/fp8_history.h) and, once
+// that is seeded, the FP8 form the producer wrote instead of the tensor itself (record_quantized).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -11,6 +13,8 @@
 
 #include <optional>
 #include <string>
+
+#include "ops/fp8_quantize.h"
 
 namespace lmscale::ops {
 
@@ -23,8 +27,33 @@ class Fp8Amax : public torch::CustomClassHolder {
   // recorded tensor: same storage, offset, count and dtype, unwritten since), undefined otherwise.
   at::Tensor bits_for(const at::Tensor& x) const;
 
+  // Delayed scaling: `history` is the operand's row (ops/fp8_history.h). While `delayed` is false (the
+  // first step: no history yet) producers take the dynamic path and record() folds their amax into the
+  // history; once true, a producer that can writes the operand in FP8 with the history's scale.
+  // `format` is the history's (Float8_e4m3fn or Float8_e5m2), kept here so producers need not read it back.
+  void attach_history(at::Tensor history, at::ScalarType format, bool delayed);
+  const at::Tensor& history() const { return history_; }
+  at::ScalarType history_format() const { return history_format_; }
+  // Not under InferenceMode: record_quantized needs t's version counter.
+  bool delayed() const;
+  // Producer side, delayed: `t` is the tensor the producer hands on (same shape and dtype as the
+  // operand, its memory never written: no consumer but the FP8 GEMM reads it) and `q` the operand in FP8.
+  void record_quantized(const at::Tensor& t, Fp8Tensor q);
+  // Consumer side: the FP8 form recorded for x (x a contiguous view of that very t, as for bits_for),
+  // handed over once: the slot lets go of it, so its memory lives only as long as the consumer keeps
+  // it (a slot lives until the backward ends). nullopt when none is held. Throws when one is held for
+  // another tensor: x then holds memory nobody wrote (e.g. autograd summed the gradient with another),
+  // and casting it would be silent garbage.
+  std::optional<Fp8Tensor> take_quantized(const at::Tensor& x);
+
  private:
+  void remember(const at::Tensor& t);
+  bool is_recorded(const at::Tensor& x) const;
   at::Tensor bits_;
+  at::Tensor history_;
+  at::ScalarType history_format_ = at::kFloat8_e4m3fn;
+  bool delayed_ = false;
+  std::optional<Fp8Tensor> quantized_;
   // Who the amax is of. A weak reference: the slot must not keep a gradient alive, and a dead
   // storage's memory may be reused by another tensor, which this tells apart.
   std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> storage_;

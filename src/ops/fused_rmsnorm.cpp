@@ -8,7 +8,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "kernels/fp8_cast_params.h"
 #include "kernels/fused_rmsnorm_params.h"
+#include "ops/fp8_history.h"
 #endif
 
 namespace lmscale::ops {
@@ -55,13 +57,27 @@ struct AddRmsNormKernel : torch::autograd::Function<AddRmsNormKernel> {
     }
     auto y = at::empty(x.sizes(), x.options().dtype(static_cast<c10::ScalarType>(y_dtype)));
     auto rstd = at::empty({rows}, x.options().dtype(at::kFloat));
-    p.y_out = y.data_ptr();
     p.y_dtype = fused_dtype(y.scalar_type());
     p.rstd_out = rstd.data_ptr<float>();
-    at::Tensor y_amax_bits = y_amax ? empty_fp8_amax_bits(y) : at::Tensor();
-    if (y_amax) p.y_amax = reinterpret_cast<uint32_t*>(y_amax_bits.data_ptr<int32_t>());
-    kernels::run_add_rmsnorm_fwd(p, at::cuda::getCurrentCUDAStream().stream());
-    if (y_amax) y_amax->record(y, y_amax_bits);
+    auto stream = at::cuda::getCurrentCUDAStream().stream();
+    if (y_amax && y_amax->delayed() && y.scalar_type() == at::kBFloat16 && rows % 16 == 0 && C % 16 == 0) {
+      // Delayed scaling: the GEMM reads only y's FP8 form (row-major from the kernel, the transpose from
+      // its bytes); y is handed on unwritten (Fp8Amax::record_quantized). The backward reads h, not y.
+      Fp8Tensor q;
+      q.data = at::empty({rows, C}, y.options().dtype(y_amax->history_format()));
+      q.data_t = at::empty({C, rows}, q.data.options());
+      q.inv_scale = fp8_history_inv_scale(y_amax->history());
+      p.y_fp8 = {fp8_history_ptr(y_amax->history()), q.data.data_ptr(), nullptr};
+      kernels::run_add_rmsnorm_fwd(p, stream);
+      kernels::run_fp8_transpose(q.data.data_ptr(), q.data_t.data_ptr(), rows, C, stream);
+      y_amax->record_quantized(y, std::move(q));
+    } else {
+      p.y_out = y.data_ptr();
+      at::Tensor y_amax_bits = y_amax ? empty_fp8_amax_bits(y) : at::Tensor();
+      if (y_amax) p.y_amax = reinterpret_cast<uint32_t*>(y_amax_bits.data_ptr<int32_t>());
+      kernels::run_add_rmsnorm_fwd(p, stream);
+      if (y_amax) y_amax->record(y, y_amax_bits);
+    }
     ctx->save_for_backward({h, gain, rstd});
     if (has_residual) save_fp8_amax_slot(ctx, "dresidual_amax", dresidual_amax);
     ctx->saved_data["has_residual"] = has_residual;

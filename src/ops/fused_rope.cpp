@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/fused_rope_params.h"
+#include "ops/fp8_history.h"
 #endif
 
 namespace lmscale::ops {
@@ -82,9 +83,27 @@ struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
     p.v = d[2].data_ptr();
     p.qkv_grad = dqkv.data_ptr();
     const auto dqkv_amax = saved_fp8_amax_slot(ctx, "dqkv_amax");
+    auto stream = at::cuda::getCurrentCUDAStream().stream();
+    if (dqkv_amax && dqkv_amax->delayed()) {
+      // The QKV GEMM reads only the FP8 form: dqkv is handed on unwritten (Fp8Amax::record_quantized).
+      auto fp = p;
+      fp.qkv_grad = nullptr;
+      const int64_t rows = shape[0] * shape[1], cols = shape[2];
+      const auto fp8 = dqkv_amax->history_format();
+      Fp8Tensor q;
+      q.data = at::empty({rows, cols}, dqkv.options().dtype(fp8));
+      q.data_t = at::empty({cols, rows}, dqkv.options().dtype(fp8));
+      q.inv_scale = fp8_history_inv_scale(dqkv_amax->history());
+      fp.qkv_grad_fp8 = {fp8_history_ptr(dqkv_amax->history()), q.data.data_ptr(), q.data_t.data_ptr()};
+      if (kernels::rope_qkv_fp8_ok(fp)) {
+        kernels::run_rope_qkv_bwd_fp8(fp, stream);
+        dqkv_amax->record_quantized(dqkv, std::move(q));
+        return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};
+      }
+    }
     at::Tensor dqkv_amax_bits = dqkv_amax ? empty_fp8_amax_bits(dqkv) : at::Tensor();
     if (dqkv_amax) p.qkv_grad_amax = reinterpret_cast<uint32_t*>(dqkv_amax_bits.data_ptr<int32_t>());
-    kernels::run_rope_qkv_bwd(p, at::cuda::getCurrentCUDAStream().stream());
+    kernels::run_rope_qkv_bwd(p, stream);
     if (dqkv_amax) dqkv_amax->record(dqkv, dqkv_amax_bits);
     return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/fused_swiglu_params.h"
+#include "ops/fp8_history.h"
 #endif
 
 namespace lmscale::ops {
@@ -52,16 +53,46 @@ at::Tensor amax_bits_for(const Fp8AmaxSlot& slot, const at::Tensor& t, uint32_t*
   return bits;
 }
 
+// Delayed scaling: t's FP8 form in `slot`'s format (row-major and transposed, as the FP8 Linear's
+// casts write it), its buffers set in `o`; t itself is only the tensor handed on (record_quantized).
+Fp8Tensor fp8_outputs_for(const Fp8AmaxSlot& slot, const at::Tensor& t, kernels::Fp8DelayedOut& o) {
+  const auto& h = slot->history();
+  auto* row = fp8_history_ptr(h);
+  const int64_t cols = t.size(-1), rows = cols ? t.numel() / cols : 0;
+  const auto fp8 = slot->history_format();  // known on the host: no read of the device row
+  Fp8Tensor q;
+  q.data = at::empty({rows, cols}, t.options().dtype(fp8));
+  q.data_t = at::empty({cols, rows}, t.options().dtype(fp8));
+  q.inv_scale = fp8_history_inv_scale(h);
+  o.history = row;
+  o.data = q.data.data_ptr();
+  o.data_t = q.data_t.data_ptr();
+  return q;
+}
+
 struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                             const Fp8AmaxSlot& out_amax, const Fp8AmaxSlot& da_amax, const Fp8AmaxSlot& db_amax) {
     c10::cuda::CUDAGuard guard(a.device());
     auto out = at::empty(a.sizes(), a.options().memory_format(at::MemoryFormat::Contiguous));
     auto p = params_for(a, b);
-    p.out = out.data_ptr();
-    auto out_amax_bits = amax_bits_for(out_amax, out, p.out_amax);
-    kernels::run_swiglu_fwd(p, at::cuda::getCurrentCUDAStream().stream());
-    if (out_amax) out_amax->record(out, out_amax_bits);
+    auto stream = at::cuda::getCurrentCUDAStream().stream();
+    std::optional<Fp8Tensor> q;
+    if (out_amax && out_amax->delayed()) {
+      q = fp8_outputs_for(out_amax, out, p.out_fp8);
+      if (!kernels::swiglu_fp8_ok(p, /*backward=*/false)) q.reset();
+    }
+    if (q) {
+      // W2 reads only the FP8 form: `out` is handed on unwritten (Fp8Amax::record_quantized).
+      kernels::run_swiglu_fwd_fp8(p, stream);
+      out_amax->record_quantized(out, *q);
+    } else {
+      p.out_fp8 = {};
+      p.out = out.data_ptr();
+      auto out_amax_bits = amax_bits_for(out_amax, out, p.out_amax);
+      kernels::run_swiglu_fwd(p, stream);
+      if (out_amax) out_amax->record(out, out_amax_bits);
+    }
     ctx->save_for_backward({a, b});
     save_fp8_amax_slot(ctx, "da_amax", da_amax);
     save_fp8_amax_slot(ctx, "db_amax", db_amax);
@@ -80,8 +111,20 @@ struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
     p.db = db.data_ptr();
     p.da_stride = p.db_stride = p.cols;
     const auto da_amax = saved_fp8_amax_slot(ctx, "da_amax"), db_amax = saved_fp8_amax_slot(ctx, "db_amax");
+    auto stream = at::cuda::getCurrentCUDAStream().stream();
+    if (da_amax && db_amax && da_amax->delayed() && db_amax->delayed()) {
+      auto fp = p;
+      fp.da = fp.db = nullptr;  // W1 and W3 read only the FP8 forms: da and db are handed on unwritten
+      auto qa = fp8_outputs_for(da_amax, da, fp.da_fp8), qb = fp8_outputs_for(db_amax, db, fp.db_fp8);
+      if (kernels::swiglu_fp8_ok(fp, /*backward=*/true)) {
+        kernels::run_swiglu_bwd_fp8(fp, stream);
+        da_amax->record_quantized(da, std::move(qa));
+        db_amax->record_quantized(db, std::move(qb));
+        return {da, db, {}, {}, {}};
+      }
+    }
     auto da_amax_bits = amax_bits_for(da_amax, da, p.da_amax), db_amax_bits = amax_bits_for(db_amax, db, p.db_amax);
-    kernels::run_swiglu_bwd(p, at::cuda::getCurrentCUDAStream().stream());
+    kernels::run_swiglu_bwd(p, stream);
     if (da_amax) da_amax->record(da, da_amax_bits);
     if (db_amax) db_amax->record(db, db_amax_bits);
     return {da, db, {}, {}, {}};
@@ -109,6 +152,7 @@ at::Tensor silu_mul(const at::Tensor& a, const at::Tensor& b, const Fp8AmaxSlot&
   if (silu_mul_uses_kernel(a, b)) return SiluMulKernel::apply(a, b, out_amax, da_amax, db_amax);
 #endif
   // The amax contract with ATen ops: the gradients as autograd hands them over, the result as returned.
+  // Delayed scaling without the kernels: the dynamic path, whose recorded amax still feeds the history.
   auto out = silu_mul_reference(record_grad_amax(a, da_amax), record_grad_amax(b, db_amax)).contiguous();
   if (out_amax) out_amax->record(out, fp8_amax(out));
   return out;

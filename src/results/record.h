@@ -109,6 +109,7 @@ inline constexpr char eval_every[] = "eval_every";
 inline constexpr char eval_batches[] = "eval_batches";
 inline constexpr char corpus[] = "corpus";
 inline constexpr char fp8_min_dim[] = "fp8_min_dim";  // Fp8Layers::min_dim of an fp8 run
+inline constexpr char fp8_scaling[] = "fp8_scaling";  // Fp8Layers::scaling of an fp8 run: delayed or dynamic
 inline constexpr char train_tokens[] = "train_tokens";
 inline constexpr char val_tokens[] = "val_tokens";
 inline constexpr char elapsed_s[] = "elapsed_s";

@@ -63,7 +63,10 @@ Json train_run_fields(const TrainRun& r) {
               {field::eval_every, r.eval_every},
               {field::eval_batches, r.eval_batches},
               {field::corpus, corpus_name(r.train_path)}});
-  if (s.precision == c10::kFloat8_e4m3fn) fields[field::fp8_min_dim] = s.fp8.min_dim;
+  if (s.precision == c10::kFloat8_e4m3fn) {
+    fields[field::fp8_min_dim] = s.fp8.min_dim;
+    fields[field::fp8_scaling] = fp8_scaling_name(s.fp8.scaling);
+  }
   return fields;
 }
 

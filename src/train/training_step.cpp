@@ -142,6 +142,9 @@ void TrainingStep::backward() {
   TORCH_CHECK(loss_.defined() && loss_.requires_grad(), "TrainingStep::backward needs a forward with autograd first");
   ScopedRange r("backward");
   loss_.backward();  // outside autocast, as PyTorch recommends
+  // Delayed FP8 scaling: this step's amaxes are all recorded now; fold them into the histories and set
+  // the next step's scales (a no-op without histories). Inside the captured graph when the step is one.
+  model_->roll_fp8_histories();
 }
 
 void TrainingStep::optimizer_step(bool keep_grads) {
