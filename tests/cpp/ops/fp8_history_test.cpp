@@ -4,8 +4,9 @@
 // written from the definition (exact scale, saturation at ±max, NaN kept, inf or NaN poisoning the
 // decode factor); a slot folds a dynamic step's amax into its history and hands the producer's FP8
 // form only to the tensor it was recorded for. GPU (skips elsewhere): the roll kernel is the host roll,
-// and the SwiGLU gate (both ways) and RoPE's backward writing FP8 themselves give the bytes of the
-// unfused path (bf16 kernel, then the cast with the same scale), bit for bit, saturation included.
+// and RMSNorm's forward (with the FP8 transpose), the SwiGLU gate (both ways) and RoPE's backward
+// writing FP8 themselves give the bytes of the unfused path (bf16 kernel, then the cast with the same
+// scale), bit for bit, saturation included.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -26,6 +27,8 @@
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 
+#include "kernels/fp8_cast_params.h"
+#include "kernels/fused_rmsnorm_params.h"
 #include "kernels/fused_rope_params.h"
 #include "kernels/fused_swiglu_params.h"
 #endif
@@ -285,6 +288,41 @@ TEST(Fp8HistoryGpu, SwiGluGateWritesTheBytesOfTheCastWithTheSameScale) {
   fp.out_fp8 = {ops::fp8_history_ptr(so.history), qo.data_ptr(), nullptr};
   kernels::run_swiglu_fwd_fp8(fp, stream());
   EXPECT_TRUE(std::isnan(ops::fp8_history_inv_scale(so.history).item<float>()));
+}
+
+TEST(Fp8HistoryGpu, RmsNormWritesTheBytesOfTheCastWithTheSameScale) {
+  if (!cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t rows = 80, C = 208;  // multiples of 16, not of 64
+  torch::manual_seed(11);
+  auto opts = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  auto x = torch::randn({rows, C}, opts), res = torch::randn({rows, C}, opts);
+  auto gain = torch::rand({C}, torch::dtype(torch::kFloat).device(torch::kCUDA)) * 3;
+  auto h = torch::empty_like(x), y = torch::empty_like(x);
+  auto rstd = torch::empty({rows}, torch::dtype(torch::kFloat).device(torch::kCUDA));
+  kernels::AddRmsNormFwdParams p;
+  p.x = x.data_ptr();
+  p.residual = res.data_ptr();
+  p.gain = gain.data_ptr<float>();
+  p.h_out = h.data_ptr();
+  p.rstd_out = rstd.data_ptr<float>();
+  p.rows = rows;
+  p.cols = static_cast<int>(C);
+  p.x_dtype = p.residual_dtype = p.y_dtype = kernels::FusedDtype::kBF16;
+  auto bp = p;
+  bp.y_out = y.data_ptr();
+  kernels::run_add_rmsnorm_fwd(bp, stream());
+  auto s = delayed_scale(y.abs().max().item<float>() / 3, torch::kFloat8_e4m3fn);
+  auto e4 = opts.dtype(torch::kFloat8_e4m3fn);
+  auto q = torch::empty({rows, C}, e4), q_t = torch::empty({C, rows}, e4);
+  auto fp = p;
+  fp.y_fp8 = {ops::fp8_history_ptr(s.history), q.data_ptr(), nullptr};
+  kernels::run_add_rmsnorm_fwd(fp, stream());
+  kernels::run_fp8_transpose(q.data_ptr(), q_t.data_ptr(), rows, C, stream());
+  auto want = ops::fp8_quantize(y, torch::kFloat8_e4m3fn, true, true, s.amax_bits);
+  expect_same_bytes(q, want.data, "y");
+  expect_same_bytes(q_t, want.data_t, "y transposed");
+  EXPECT_EQ(q.to(torch::kFloat).abs().max().item<float>(), 448.f) << "the largest values saturate";
+  EXPECT_EQ(ops::fp8_history_ptr(s.history.cpu())->amax, static_cast<uint32_t>(ops::fp8_amax(y).item<int32_t>()));
 }
 
 TEST(Fp8HistoryGpu, RopeBackwardWritesTheBytesOfTheCastWithTheSameScale) {
