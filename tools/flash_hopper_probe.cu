@@ -15,6 +15,7 @@
 //   flash_hopper_probe bwd_repeatable           deterministic mode: dQ bitwise equal over reruns
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //   flash_hopper_probe bwd_compare B H S D causal [iters] [rounds]  shipped vs bwd_variants(D), alternating order (bf16)
+//   flash_hopper_probe bwd_sustain B H S D causal [seconds]   fwd+bwd, bwd, fwd each run back to back (bf16), mean ms
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -694,6 +695,53 @@ int compare_bwd(const Case& c, int iters, int rounds) {
   return 0;
 }
 
+// Sustained timing, as `lmscale bench attention` times a phase: fwd + bwd, then bwd, then fwd, each run
+// back to back for `seconds` after half a second of warm-up, the mean per call over that time. At long
+// sequences this is bound by the H100's power cap (docs/flash_notes.md, "The product's d = 128 gap is
+// the power cap"), which bursts of ten calls (bwd_time) do not reach.
+int sustain_bwd(const Case& c, double seconds) {
+  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
+  BwdBuffers bb = alloc_bwd(c, L);
+  std::mt19937 rng(7);
+  fill_bwd_inputs(c, L, bb, rng);
+  const auto p = make_bwd_params(c, L, bb);
+  lk::hopper::run_fwd(p, nullptr);
+  auto fwd = [&] { lk::hopper::run_fwd(p, nullptr); };
+  auto bwd = [&] { c.bf16 ? run_hopper_bwd<__nv_bfloat16>(p) : run_hopper_bwd<__half>(p); };
+  auto sustained = [&](auto&& f) {
+    cudaEvent_t a, z;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&z));
+    auto run_for = [&](double s) {  // batches of 8 calls until s seconds have passed; returns ms per call
+      int calls = 0;
+      float total = 0;
+      while (total < s * 1e3) {
+        CHECK(cudaEventRecord(a));
+        for (int i = 0; i < 8; ++i) f();
+        CHECK(cudaEventRecord(z));
+        CHECK(cudaEventSynchronize(z));
+        float t;
+        CHECK(cudaEventElapsedTime(&t, a, z));
+        total += t, calls += 8;
+      }
+      return total / calls;
+    };
+    run_for(0.5);
+    const float ms = run_for(seconds);
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(z));
+    return ms;
+  };
+  const float t_fb = sustained([&] { fwd(); bwd(); });
+  const float t_b = sustained(bwd);
+  const float t_f = sustained(fwd);
+  std::printf("bwd_sustain %s b=%d h=%d s=%d d=%d causal=%d  %.1f s each: fwd+bwd %.3f ms  bwd %.3f ms  fwd %.3f ms\n",
+              c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, seconds, t_fb, t_b, t_f);
+  std::fflush(stdout);
+  free_bwd(bb);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -717,6 +765,11 @@ int main(int argc, char** argv) {
                    std::atoi(argv[6]) != 0, bf, false, std::atoi(argv[5])};
       return time_bwd(c, argc > 8 ? std::atoi(argv[8]) : 20);
     }
+    if (mode == "bwd_sustain" && argc >= 7) {
+      const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
+                   std::atoi(argv[6]) != 0, true, false, std::atoi(argv[5])};
+      return sustain_bwd(c, argc > 7 ? std::atof(argv[7]) : 2.0);
+    }
     if (mode == "bwd_compare" && argc >= 7) {
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
                    std::atoi(argv[6]) != 0, true, false, std::atoi(argv[5])};
@@ -730,7 +783,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
                  "bwd_check [D] | bwd_check_deterministic [D] | bwd_small [D] | bwd_variants | bwd_repeatable | bwd_time B H S D causal [bf16|fp16] [iters] | "
-                 "bwd_compare B H S D causal [iters] [rounds]\n");
+                 "bwd_compare B H S D causal [iters] [rounds] | bwd_sustain B H S D causal [seconds]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

@@ -3,7 +3,7 @@
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one
-# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare]
+# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare|ab|sustain]
 #   quick: variants check + issue 26's shapes; default adds the grid shapes and kernel durations;
 #   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
 #   compare: variants check, then the shipped backward against every variant in alternating order
@@ -11,7 +11,8 @@
 #   the leaderboard shape;
 #   ab: a kernel change against the probe built before it (BASE, default build-probe/flash_hopper_probe_base):
 #   the forward and backward checks of the new one, then bwd_time / time of both, alternating
-#   base, new, new, base per shape, and ncu of both at the leaderboard shape; then what full adds.
+#   base, new, new, base per shape, and ncu of both at the leaderboard shape; then what full adds;
+#   sustain: the same alternation timed as the product's benchmark does (bwd_sustain), clocks logged.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
 set -uo pipefail
@@ -19,6 +20,22 @@ source "$(dirname "$0")/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
+if [[ $MODE == sustain ]]; then
+  # The base and the new probe in turn (base, new, new, base), each shape's fwd + bwd, bwd and fwd run back to
+  # back for 1.5 s (bwd_sustain), as the product's benchmark times a phase, with the clocks and power logged.
+  BASE=${BASE:-build-probe/flash_hopper_probe_base}
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv \
+    -lms 250 >"$OUT/clocks.csv" 2>&1 &
+  logger=$!
+  {
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    for shape in "1 16 16384 64 1" "1 16 16384 128 1" "1 16 16384 64 0" "4 32 2048 80 1"; do
+      for bin in "$BASE" "$H" "$H" "$BASE"; do echo "[$bin] $(date +%T.%N)"; "$bin" bwd_sustain $shape 1.5; done
+    done
+  } >"$OUT/sustain.txt" 2>&1
+  kill "$logger"
+  exit 0
+fi
 if [[ $MODE == ab ]]; then
   BASE=${BASE:-build-probe/flash_hopper_probe_base}
   { "$H" check; "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
