@@ -13,17 +13,30 @@ namespace lmscale::kernels {
 // regains its precision within a few steps (docs/training_step_notes.md, delayed scaling).
 constexpr int kFp8HistoryLen = 16;
 
-// One operand's state, 20 words (an int32 row of kFp8HistoryWords in ops/fp8_history.h). Producers
-// read `scale` and atomicMax `amax`; the GEMMs read `inv_scale`; only the roll writes the rest.
+// One operand's state, an int32 row of kFp8HistoryWords (ops/fp8_history.h). Producers read `scale`
+// and atomicMax `amax`; the GEMMs read `inv_scale`; only the roll writes the rest. inv_scale comes
+// first and a row is 128 bytes, so the GEMM's scale pointer is 128-byte aligned like a fresh tensor's
+// (cuBLASLt refused a scale 8 bytes past a 16-byte boundary: CUBLAS_STATUS_NOT_SUPPORTED on an H100).
 struct Fp8History {
-  uint32_t amax_history[kFp8HistoryLen];  // abs_bits of the amax of the last steps, newest first
-  uint32_t amax;                          // abs_bits of this step's amax so far (0 after a roll)
-  float scale;                            // fp8_scale_from_amax(max of amax_history): this step's s
   float inv_scale;  // 1/scale, the GEMMs' decode factor; NaN once a producer stored inf or NaN this step
+  float scale;      // fp8_scale_from_amax(max of amax_history): this step's s
+  uint32_t amax;    // abs_bits of this step's amax so far (0 after a roll)
   uint32_t format;  // Fp8Format of the operand
+  uint32_t unused[12];
+  uint32_t amax_history[kFp8HistoryLen];  // abs_bits of the amax of the last steps, newest first
 };
-constexpr int kFp8HistoryWords = 20;
+constexpr int kFp8HistoryWords = 32;
 static_assert(sizeof(Fp8History) == kFp8HistoryWords * sizeof(uint32_t), "Fp8History is an int32 row");
+
+// 1/s for a scale from fp8_scale_from_amax (a power of two, or NaN), exact and the same bits on the
+// host and the device: built from s's exponent, not divided (the kernels build with fast math, whose
+// reciprocal turns a NaN into another NaN's bits).
+LMSCALE_HD inline float fp8_inv_scale(float s) {
+  if (s != s) return s;
+  int k = 0;
+  (void)frexpf(s, &k);  // s = 0.5·2^k
+  return ldexpf(1.f, 1 - k);
+}
 
 // The state of an operand before any step: no history, s = 1.
 LMSCALE_HD inline Fp8History fp8_history_init(Fp8Format f) {
@@ -46,7 +59,7 @@ LMSCALE_HD inline void fp8_history_roll(Fp8History& h) {
   h.amax_history[0] = h.amax;
   h.amax = 0;
   h.scale = fp8_scale_from_amax(float_from_bits(m), static_cast<Fp8Format>(h.format));
-  h.inv_scale = 1.f / h.scale;  // exact: a power of two (NaN stays NaN)
+  h.inv_scale = fp8_inv_scale(h.scale);
 }
 
 // What a producer kernel writes an FP8 operand to under delayed scaling: q = fp8(v·s) of each stored

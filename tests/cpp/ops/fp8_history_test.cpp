@@ -56,7 +56,7 @@ float reference_scale(float amax, float max) {
 torch::Tensor history_after(const std::vector<float>& amaxes, at::ScalarType fp8) {
   auto h = ops::new_fp8_histories({fp8}, torch::kCPU);
   for (float a : amaxes) {
-    h[0].select(0, kernels::kFp8HistoryLen).fill_(static_cast<int32_t>(bits(std::fabs(a)) & 0x7fffffffu));
+    ops::fp8_history_ptr(h[0])->amax = bits(std::fabs(a)) & 0x7fffffffu;  // as a producer records it
     ops::roll_fp8_histories(h);
   }
   return h;
@@ -75,7 +75,7 @@ TEST(Fp8History, RollKeepsTheLargestAmaxOfTheLastSixteenSteps) {
   for (int i = 0; i < 40; ++i) {
     const float a = std::min(amaxes[i].item<float>(), 3e38f);
     seen.push_back(a);
-    h[0].select(0, kernels::kFp8HistoryLen).fill_(static_cast<int32_t>(bits(a)));
+    ops::fp8_history_ptr(h[0])->amax = bits(a);
     ops::roll_fp8_histories(h);
     float m = 0.f;
     for (size_t k = seen.size() > 16 ? seen.size() - 16 : 0; k < seen.size(); ++k) m = std::max(m, seen[k]);
@@ -89,6 +89,16 @@ TEST(Fp8History, RollKeepsTheLargestAmaxOfTheLastSixteenSteps) {
   EXPECT_EQ(scale_of(history_after({3.f}, torch::kFloat8_e5m2)), reference_scale(3.f, 57344.f));
   EXPECT_EQ(scale_of(history_after({0.f, 0.f}, torch::kFloat8_e4m3fn)), 1.f) << "amax 0: s = 1";
   EXPECT_EQ(scale_of(history_after({1e-40f}, torch::kFloat8_e4m3fn)), std::ldexp(1.f, 127)) << "subnormal: capped";
+}
+
+TEST(Fp8History, TheDecodeFactorIsExactAndAlignedForTheGemm) {
+  auto h = ops::new_fp8_histories({torch::kFloat8_e4m3fn, torch::kFloat8_e5m2, torch::kFloat8_e4m3fn}, torch::kCPU);
+  // cuBLASLt takes the view as its scale pointer: 128 bytes into the buffer per row, the buffer itself
+  // as aligned as its allocator makes it (CUDA's: 512 bytes).
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(ops::fp8_history_inv_scale(h[i]).storage_offset() * 4 % 128, 0) << "row " << i;
+  for (int e = -126; e <= 127; ++e) EXPECT_EQ(kernels::fp8_inv_scale(std::ldexp(1.f, e)), std::ldexp(1.f, -e)) << e;
+  EXPECT_TRUE(std::isnan(kernels::fp8_inv_scale(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST(Fp8History, NonFiniteAmaxKeepsTheScaleNaNUntilItLeavesTheWindow) {
@@ -199,9 +209,13 @@ TEST(Fp8HistoryGpu, RollKernelIsTheHostRoll) {
   if (!cuda()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(8);
   auto h = ops::new_fp8_histories({torch::kFloat8_e4m3fn, torch::kFloat8_e5m2, torch::kFloat8_e4m3fn}, torch::kCPU);
-  auto amaxes = (torch::randn({3, kernels::kFp8HistoryLen + 1}) * 20).exp().abs().view(torch::kInt);
-  h.narrow(1, 0, kernels::kFp8HistoryLen + 1).copy_(amaxes);
-  h[2][5].fill_(static_cast<int32_t>(0x7fc00000));  // a NaN in one history
+  auto amaxes = (torch::randn({3, kernels::kFp8HistoryLen + 1}) * 20).exp().contiguous();
+  for (int i = 0; i < 3; ++i) {
+    auto* row = ops::fp8_history_ptr(h[i]);
+    for (int k = 0; k < kernels::kFp8HistoryLen; ++k) row->amax_history[k] = bits(amaxes[i][k].item<float>());
+    row->amax = bits(amaxes[i][kernels::kFp8HistoryLen].item<float>());
+  }
+  ops::fp8_history_ptr(h[2])->amax_history[5] = 0x7fc00000u;  // a NaN in one history
   auto d = h.to(torch::kCUDA);
   ops::roll_fp8_histories(h);
   ops::roll_fp8_histories(d);
