@@ -21,16 +21,21 @@ H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
 if [[ $MODE == sustain ]]; then
-  # The base and the new probe in turn (base, new, new, base), each shape's fwd + bwd, bwd and fwd run back to
-  # back for 1.5 s (bwd_sustain), as the product's benchmark times a phase, with the clocks and power logged.
+  # Probes in turn (BINS, default the base and the new one; run in the given order, then reversed), each shape's
+  # fwd + bwd, bwd and fwd run back to back for SUSTAIN_S seconds (bwd_sustain), as the product's benchmark times
+  # a phase, with the clocks and power logged. SHAPES: "B H S D causal" entries separated by ';'.
   BASE=${BASE:-build-probe/flash_hopper_probe_base}
+  read -r -a bins <<<"${BINS:-$BASE $H}"
+  IFS=';' read -r -a shapes <<<"${SHAPES:-1 16 16384 64 1;1 16 16384 128 1;1 16 16384 64 0;4 32 2048 80 1}"
+  order=("${bins[@]}")
+  for ((i = ${#bins[@]} - 1; i >= 0; --i)); do order+=("${bins[i]}"); done
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv \
     -lms 250 >"$OUT/clocks.csv" 2>&1 &
   logger=$!
   {
     nvidia-smi --query-gpu=name --format=csv,noheader
-    for shape in "1 16 16384 64 1" "1 16 16384 128 1" "1 16 16384 64 0" "4 32 2048 80 1"; do
-      for bin in "$BASE" "$H" "$H" "$BASE"; do echo "[$bin] $(date +%T.%N)"; "$bin" bwd_sustain $shape 1.5; done
+    for shape in "${shapes[@]}"; do
+      for bin in "${order[@]}"; do echo "[$bin] $(date +%T.%N)"; "$bin" bwd_sustain $shape "${SUSTAIN_S:-1.5}"; done
     done
   } >"$OUT/sustain.txt" 2>&1
   kill "$logger"

@@ -56,6 +56,11 @@ struct BwdConfig {
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
   static constexpr int kRowBytes = kBlockM * 4;                 // L or D of one slot
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  // The warpgroup index broadcast as warp-uniform (flash_bwd_hopper_kernel). Measured sustained on an H100
+  // (docs/flash_notes.md, backward v5.2; results/h100_check/attention_v5_2): at d = 80 and 128 it is part of
+  // the -1 to -2.4 %; at d = 64 the kernel without it is 3.8 % faster at 16k causal (2.983 against 3.086 ms,
+  // fewer cycles per tile) and 0.5 % slower not causal, so d = 64 leaves the index to the compiler.
+  static constexpr bool kUniformWarpgroup = D != 64;
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   // Note [dQ split]. dQ = dS K over all 128 keys of the block, split between the two groups. 64-query
@@ -159,9 +164,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // Causal: query tiles wholly before the block's first key see none of its keys and are skipped.
   const int m_first = Causal ? n0 / kBlockM : 0;
   const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  // Broadcast from lane 0, so the compiler knows it is warp-uniform and keeps what derives from it (the
-  // group's descriptor bases) in uniform registers instead of moving it there before every wgmma.
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  // With kUniformWarpgroup the index is broadcast from lane 0, so the compiler knows it is warp-uniform and
+  // keeps what derives from it (the group's descriptor bases) in uniform registers instead of moving it
+  // there before every wgmma (BwdConfig::kUniformWarpgroup says where that pays).
+  const int warpgroup = C::kUniformWarpgroup ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
+                                             : static_cast<int>(threadIdx.x / 128);
 
   // The part of dQ group g adds (Note [dQ split]): first row in the tile, first column, columns it adds.
   auto dq_row0 = [](int g) { return C::kDqRowSplit ? g * 64 : 0; };
