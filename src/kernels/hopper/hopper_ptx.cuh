@@ -89,22 +89,13 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][M]) {
     for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
-// ---- Shared memory matrix descriptor (PTX 9.7.15.5.1): start address, leading and stride byte offsets
-// (all >> 4) and the swizzle mode. kSwizzleBytes 128 -> mode 1, 64 -> mode 2.
-template <int kSwizzleBytes>
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64, "128- or 64-byte swizzle");
-  constexpr uint64_t mode = kSwizzleBytes == 128 ? 1 : 2;
-  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
-         (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (mode << 62);
-}
-
-// The same descriptor as two 32-bit words, for a kernel that steps through a tile: desc_lo holds the start
-// address and the leading byte offset, desc_hi the stride byte offset and the mode, and desc_at adds a byte
-// offset to the address field alone. Shared addresses are below 2^18 (228 KB), so addr >> 4 fits the
-// 14-bit field and adding an offset that stays inside shared memory never carries into the next one; the
-// compiler then builds each k-step's descriptor with one integer add instead of re-masking and re-shifting
-// the address (six uniform-datapath instructions per wgmma in the backward, docs/flash_notes.md, v5.2).
+// ---- Shared memory matrix descriptor (PTX 9.7.15.5.1): start address, leading and stride byte offsets (all
+// >> 4) and the swizzle mode (128-byte swizzle -> 1, 64-byte -> 2), built as two 32-bit words: desc_lo holds the
+// start address and the leading offset, desc_hi the stride offset and the mode, and desc_at adds a byte offset
+// to the address field alone. Shared addresses are below 2^18 (228 KB), so addr >> 4 fits the 14-bit field and
+// an offset that stays inside shared memory never carries into the next one; a kernel builds a tile's base
+// once and each k-step's descriptor with one integer add (rebuilding it from the byte address took six
+// uniform-datapath instructions per wgmma: docs/flash_notes.md, backward v5.2).
 __device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo_bytes) { return (addr >> 4) | ((lbo_bytes >> 4) << 16); }
 template <int kSwizzleBytes>
 constexpr uint32_t desc_hi(uint32_t sbo_bytes) {
