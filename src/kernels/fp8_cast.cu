@@ -12,6 +12,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_cast_params.h"
+#include "kernels/fp8_history.h"
 #include "kernels/fused_elementwise.cuh"
 
 namespace lmscale::kernels {
@@ -120,8 +121,14 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const Fp8CastParams 
 // The transpose of FP8 bytes through the same 64×64 tile: phase 1 reads 8-byte row segments into the
 // tile, phase 2 is fp8_cast_kernel's.
 __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(const uint8_t* in, uint8_t* out, int64_t rows,
-                                                                 int64_t cols) {
+                                                                 int64_t cols, Fp8History* h, float* inv_out) {
   __shared__ __align__(16) uint8_t tile[kTile][kTile + 8];
+  // A weight finished after its update (run_fp8_weight_finish): the decode factor it was written with,
+  // then the roll for the next update. One thread; no other block reads the history.
+  if (h && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    *inv_out = h->inv_scale;
+    fp8_history_roll(*h);
+  }
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile, col0 = static_cast<int64_t>(blockIdx.x) * kTile;
   for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
     const int r = i / (kTile / kVec), c = (i % (kTile / kVec)) * kVec;
@@ -195,17 +202,31 @@ void run_fp8_cast(const Fp8CastParams& p, void* stream) {
   LMSCALE_CUDA_CHECK_LAUNCH("fp8_cast_kernel");
 }
 
-void run_fp8_transpose(const void* in, void* out, int64_t rows, int64_t cols, void* stream) {
+namespace {
+void launch_transpose(const void* in, void* out, int64_t rows, int64_t cols, Fp8History* h, float* inv_out,
+                      void* stream) {
   if (rows % 16 || cols % 16 || reinterpret_cast<uintptr_t>(in) % 16 || reinterpret_cast<uintptr_t>(out) % 16)
     throw std::runtime_error("run_fp8_transpose: rows " + std::to_string(rows) + " and cols " + std::to_string(cols) +
                              " must be multiples of 16 and the pointers 16-byte aligned");
+  if (h && (rows == 0 || cols == 0)) throw std::runtime_error("run_fp8_weight_finish: an empty weight");
   if (rows == 0 || cols == 0) return;
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   check_grid_y(static_cast<int>(std::min<int64_t>(row_tiles, 1 << 30)), "fp8_transpose_kernel");
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>(row_tiles));
-  fp8_transpose_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint8_t*>(in),
-                                                                                  static_cast<uint8_t*>(out), rows, cols);
+  fp8_transpose_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), rows, cols, h, inv_out);
   LMSCALE_CUDA_CHECK_LAUNCH("fp8_transpose_kernel");
+}
+}  // namespace
+
+void run_fp8_transpose(const void* in, void* out, int64_t rows, int64_t cols, void* stream) {
+  launch_transpose(in, out, rows, cols, nullptr, nullptr, stream);
+}
+
+void run_fp8_weight_finish(const void* fp8, void* fp8_t, int64_t rows, int64_t cols, Fp8History* history,
+                           float* inv_scale, void* stream) {
+  if (!history || !inv_scale) throw std::runtime_error("run_fp8_weight_finish: history and inv_scale are required");
+  launch_transpose(fp8, fp8_t, rows, cols, history, inv_scale, stream);
 }
 
 }  // namespace lmscale::kernels

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fp8_history.h"
 #include "kernels/fp8_scale.h"
 #include "kernels/fused_dtype.h"
 
@@ -32,5 +33,11 @@ void run_fp8_cast(const Fp8CastParams& params, void* stream);
 // (RMSNorm under delayed scaling). 1 B read + 1 B write per element. rows and cols multiples of 16,
 // pointers 16-byte aligned; throws std::runtime_error otherwise and on a CUDA error.
 void run_fp8_transpose(const void* fp8, void* fp8_t, int64_t rows, int64_t cols, void* stream);
+
+// A weight the AdamW kernel wrote in FP8 under delayed scaling (fused_adamw_params.h), finished after
+// its update: the transpose as above, the decode factor it was written with copied from `history` to
+// *inv_scale (what the GEMMs read until the next update), and the history rolled for the next update.
+void run_fp8_weight_finish(const void* fp8, void* fp8_t, int64_t rows, int64_t cols, Fp8History* history,
+                           float* inv_scale, void* stream);
 
 }  // namespace lmscale::kernels

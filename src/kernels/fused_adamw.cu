@@ -2,6 +2,7 @@
 // Memory-bound: per element it reads p, g, m, v (16 B) and writes p, m, v (+ the bf16 copy): 28 or
 // 30 B. Each block takes one chunk of one tensor; blocks find their tensor by scanning the ≤32 sizes.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
@@ -48,12 +49,18 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
   float* m = t.exp_avg[i];
   float* v = t.exp_avg_sq[i];
   auto* w16 = static_cast<__nv_bfloat16*>(t.param_bf16[i]);
-  unsigned* amax = w16 ? t.amax_bits[i] : nullptr;
+  // Delayed FP8 scaling: the FP8 bytes of the copy, with the scale the weight's history holds.
+  Fp8History* fh = w16 ? t.fp8_history[i] : nullptr;
+  uint8_t* q8 = fh ? static_cast<uint8_t*>(t.param_fp8[i]) : nullptr;
+  const float fs = fh ? fh->scale : 0.f;
+  const auto ff = fh && static_cast<Fp8Format>(fh->format) == Fp8Format::kE5M2 ? __NV_E5M2 : __NV_E4M3;
+  unsigned* amax = w16 ? (fh ? &fh->amax : t.amax_bits[i]) : nullptr;
   unsigned a = 0;  // max |copy| of this thread's elements, as abs_bits
 
   const bool aligned = ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(g) |
                          reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) % 16 == 0) &&
-                       (reinterpret_cast<uintptr_t>(w16) % 8 == 0) && begin % kVec == 0;
+                       (reinterpret_cast<uintptr_t>(w16) % 8 == 0) && (reinterpret_cast<uintptr_t>(q8) % 4 == 0) &&
+                       begin % kVec == 0;
   int64_t e = begin + static_cast<int64_t>(threadIdx.x) * kVec;
   if (aligned) {
     for (; e + kVec <= end; e += kThreads * kVec) {
@@ -77,6 +84,11 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
         if (amax) {
           const float2 l = __bfloat1622float2(lo), u = __bfloat1622float2(hi);
           a = max(a, max(max(abs_bits(l.x), abs_bits(l.y)), max(abs_bits(u.x), abs_bits(u.y))));
+          if (q8) {  // the copy as stored, times s: the bytes a cast of the copy with this scale writes
+            const uint32_t b0 = __nv_cvt_float2_to_fp8x2(make_float2(l.x * fs, l.y * fs), __NV_SATFINITE, ff);
+            const uint32_t b1 = __nv_cvt_float2_to_fp8x2(make_float2(u.x * fs, u.y * fs), __NV_SATFINITE, ff);
+            *reinterpret_cast<uint32_t*>(q8 + e) = b0 | (b1 << 16);
+          }
         }
       }
     }
@@ -93,9 +105,13 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
     v[e] = vv;
     if (w16) {
       w16[e] = __float2bfloat16_rn(pp);
-      if (amax) a = max(a, abs_bits(__bfloat162float(w16[e])));
+      const float c = __bfloat162float(w16[e]);
+      if (amax) a = max(a, abs_bits(c));
+      if (q8) q8[e] = __nv_cvt_float_to_fp8(c * fs, __NV_SATFINITE, ff);
     }
   }
+  // A stored inf or NaN: the decode factor the weight is finished with turns NaN (fp8_history.h).
+  if (fh && a >= 0x7f800000u) fh->inv_scale = __uint_as_float(0x7fc00000u);
   if (amax) {  // one atomic per warp: the max over the block is not worth a barrier here
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = max(a, __shfl_xor_sync(0xffffffffu, a, o));

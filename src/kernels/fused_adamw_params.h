@@ -5,10 +5,12 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fp8_history.h"
+
 namespace lmscale::kernels {
 
 // Enough tensors per launch that a GPT-size model needs a handful of launches, few enough that the
-// argument struct stays far below the 4 KiB kernel-parameter limit (about 2.2 KiB).
+// argument struct stays far below the 4 KiB kernel-parameter limit (about 2.7 KiB).
 constexpr int kAdamWTensorsPerLaunch = 32;
 
 struct AdamWTensorList {
@@ -21,6 +23,12 @@ struct AdamWTensorList {
   // With a bf16 copy: atomic max of |copy| into *amax_bits (the bits of a non-negative float as an
   // unsigned int, kernels/fp8_scale.h), or null. The FP8 weights' scale, taken in the same pass.
   unsigned* amax_bits[kAdamWTensorsPerLaunch] = {};
+  // With a bf16 copy, under delayed FP8 scaling (fp8_history.h): the updated weight's FP8 bytes
+  // (fp8(copy·s), s the history's scale, saturating; numel bytes, the param's rows of the row-major
+  // FP8 weight), and max |copy| into fp8_history[k]->amax instead of amax_bits (a stored inf or NaN sets
+  // its inv_scale to NaN). Null: none.
+  Fp8History* fp8_history[kAdamWTensorsPerLaunch] = {};
+  void* param_fp8[kAdamWTensorsPerLaunch] = {};
   int64_t numel[kAdamWTensorsPerLaunch] = {};
 };
 

@@ -8,6 +8,7 @@
 #include <ATen/core/TensorBody.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ops/fp8_amax.h"
@@ -49,10 +50,18 @@ bool fp8_linear_ok(const at::Tensor& x, int64_t out_features);
 // model's parameters()) into `amax` (int32, one element; zeroed by the optimizer when a step starts),
 // and once all of `params` are updated in a step `refresh()` runs, on the stream that updated the
 // last of them (FusedAdamW::set_derived_weights).
+// Delayed scaling (Fp8Scaling::kDelayed): `history` is the weight's amax history and fp8_rows[k] the rows
+// of the row-major FP8 weight that params[k] fills. Until *seeded, refresh() casts as above and seeds the
+// history; then the AdamW kernel writes fp8_rows itself with the history's scale (its amax into the
+// history) and refresh() only finishes the weight (ops::fp8_weight_finish: the transpose, the decode
+// factor it was written with, the history's roll). Undefined history: dynamic scaling.
 struct DerivedWeights {
   std::vector<size_t> params;
   at::Tensor amax;
   std::function<void()> refresh;
+  at::Tensor history;
+  std::vector<at::Tensor> fp8_rows;
+  std::shared_ptr<bool> seeded;
 };
 
 }  // namespace lmscale

@@ -164,7 +164,7 @@ std::vector<torch::Tensor> TransformerLMImpl::attach_bf16_copies() {
   return copies;
 }
 
-std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor& amax_buffer) {
+std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor& amax_buffer, bool delayed) {
   torch::NoGradGuard no_grad;
   // Index of each Linear's weight in parameters(), walked as attach_bf16_copies walks it.
   std::unordered_map<const LinearImpl*, size_t> index;
@@ -201,6 +201,11 @@ std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor&
   single(*lm_head);
   amax_buffer = torch::zeros({static_cast<int64_t>(operands.size())},
                              torch::TensorOptions().dtype(torch::kInt).device(lm_head->weight.device()));
+  fp8_weight_histories = torch::Tensor();
+  const auto params = parameters();
+  if (delayed && !operands.empty())
+    fp8_weight_histories = ops::new_fp8_histories(std::vector<torch::ScalarType>(operands.size(), torch::kFloat8_e4m3fn),
+                                                  lm_head->weight.device());
   std::vector<DerivedWeights> out;
   for (size_t i = 0; i < operands.size(); ++i) {
     auto& op = operands[i];
@@ -208,7 +213,33 @@ std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor&
     auto amax = amax_buffer.slice(0, i, i + 1);
     LinearImpl* holder = op.holder;
     torch::Tensor source = op.source;
-    out.push_back({op.params, amax, [holder, source, amax] { ops::fp8_quantize_into(source, amax, holder->weight_fp8); }});
+    if (!delayed) {
+      out.push_back({op.params, amax, [holder, source, amax] { ops::fp8_quantize_into(source, amax, holder->weight_fp8); }});
+      continue;
+    }
+    auto history = fp8_weight_histories[static_cast<int64_t>(i)];
+    auto seeded = std::make_shared<bool>(false);
+    // Each param's rows of the row-major FP8 weight: the params stack by rows in the order given
+    // (packed q, k, v as in the bf16 block), so their bytes are consecutive slices of the flat weight.
+    std::vector<torch::Tensor> rows;
+    int64_t offset = 0;
+    auto flat = holder->weight_fp8.data.view(-1);
+    for (size_t k : op.params) {
+      const int64_t n = params[k].numel();
+      rows.push_back(flat.narrow(0, offset, n));
+      offset += n;
+    }
+    TORCH_INTERNAL_ASSERT(offset == flat.numel(), "attach_fp8_weights: the params do not tile the FP8 weight");
+    out.push_back({op.params, amax,
+                   [holder, source, amax, history, seeded] {
+                     if (*seeded) return ops::fp8_weight_finish(holder->weight_fp8, history);
+                     // The first update: the dynamic cast, its amax seeding the history.
+                     ops::fp8_quantize_into(source, amax, holder->weight_fp8);
+                     ops::fold_fp8_amax(history, amax);
+                     ops::roll_fp8_histories(history.unsqueeze(0));
+                     *seeded = true;
+                   },
+                   history, rows, seeded});
   }
   return out;
 }

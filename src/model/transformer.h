@@ -99,7 +99,9 @@ class TransformerLMImpl : public torch::nn::Module {
   // returns how to keep it current: per operand, the parameters it derives from and a refresh that
   // re-quantizes it from the bf16 copy with the amax the AdamW kernel took (FusedAdamW::
   // set_derived_weights). The forward then casts no weight. `amax_buffer` gets every amax slot.
-  std::vector<DerivedWeights> attach_fp8_weights(torch::Tensor& amax_buffer);
+  // Under delayed scaling (`delayed`) each entry also gets a weight history (a row of fp8_weight_histories)
+  // and its FP8 rows per parameter, for AdamW to write the FP8 weight itself (DerivedWeights).
+  std::vector<DerivedWeights> attach_fp8_weights(torch::Tensor& amax_buffer, bool delayed = false);
   // End of a training step (after the backward), under delayed scaling: folds the step's amax of every
   // operand with a history into it and sets the next step's scales (ops::roll_fp8_histories; one kernel,
   // inside the step's CUDA graph). The first call also marks the histories seeded, so the steps after
@@ -109,6 +111,9 @@ class TransformerLMImpl : public torch::nn::Module {
   // Every delayed-scaling history of the model, one row per operand (use_fp8 allocates it; undefined
   // under dynamic scaling). The Linears hold views of its rows.
   torch::Tensor fp8_histories;
+  // The weights' histories under delayed scaling (attach_fp8_weights), rolled by their refresh after
+  // each update, not by roll_fp8_histories (the update may run under the backward, before that roll).
+  torch::Tensor fp8_weight_histories;
   bool fused_norms = false;
   Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;

@@ -11,6 +11,8 @@
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/fp8_cast_params.h"
 #endif
 
 namespace lmscale::ops {
@@ -113,6 +115,28 @@ Fp8Tensor fp8_quantize_delayed(const at::Tensor& x, const at::Tensor& h, bool ro
   if (transposed) out.data_t = q.t().contiguous();
   out.inv_scale = fp8_history_inv_scale(h);
   return out;
+}
+
+void fp8_weight_finish(Fp8Tensor& w, const at::Tensor& h) {
+  check_row(h, "fp8_weight_finish");
+  TORCH_CHECK(w.data.defined() && w.data_t.defined() && w.inv_scale.defined() && w.data.dim() == 2 &&
+                  w.data_t.size(0) == w.data.size(1) && w.data_t.size(1) == w.data.size(0) &&
+                  w.data.device() == h.device(),
+              "fp8_weight_finish: the weight needs both FP8 layouts and its decode factor on the history's device");
+  if (h.is_cuda()) {
+#ifdef LMSCALE_HAS_KERNELS
+    c10::cuda::CUDAGuard guard(h.device());
+    kernels::run_fp8_weight_finish(w.data.data_ptr(), w.data_t.data_ptr(), w.data.size(0), w.data.size(1),
+                                   fp8_history_ptr(h), w.inv_scale.data_ptr<float>(),
+                                   at::cuda::getCurrentCUDAStream().stream());
+    return;
+#else
+    TORCH_CHECK(false, "fp8_weight_finish on CUDA needs the lmscale kernels, which this build lacks");
+#endif
+  }
+  w.data_t.copy_(w.data.t());
+  w.inv_scale.copy_(fp8_history_inv_scale(h));
+  roll_fp8_histories(h.unsqueeze(0));
 }
 
 }  // namespace lmscale::ops

@@ -36,4 +36,10 @@ void fold_fp8_amax(const at::Tensor& history, const at::Tensor& amax_bits);
 // history's. ATen ops on x's device, no host sync.
 Fp8Tensor fp8_quantize_delayed(const at::Tensor& x, const at::Tensor& history, bool row_major, bool transposed);
 
+// A weight whose row-major FP8 bytes (w.data) the AdamW kernel wrote with the history's scale,
+// finished after its update: w.data_t = its transpose, w.inv_scale = the decode factor it was written
+// with (the history's, NaN if AdamW stored an inf or NaN), then the history rolled for the next update.
+// One kernel on CUDA (kernels::run_fp8_weight_finish), ATen ops elsewhere.
+void fp8_weight_finish(Fp8Tensor& w, const at::Tensor& history);
+
 }  // namespace lmscale::ops

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <string>
 
+#include "ops/fp8_history.h"
+
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -64,6 +66,22 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
                       const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
                       const at::Tensor& step, const AdamWHyperparams& hyper, bool advance_step) {
+  fused_adamw_step(params, grads, exp_avgs, exp_avg_sqs, bf16_copies, amax_slots, {}, step, hyper, advance_step);
+}
+
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
+                      const std::vector<AdamWFp8Out>& fp8_out, const at::Tensor& step, const AdamWHyperparams& hyper,
+                      bool advance_step) {
+  TORCH_CHECK(fp8_out.empty() || fp8_out.size() == params.size(), "fused_adamw_step: ", fp8_out.size(),
+              " FP8 outputs for ", params.size(), " params: pass one per param (undefined where none) or none");
+  for (size_t i = 0; i < fp8_out.size(); ++i)
+    TORCH_CHECK(!fp8_out[i].history.defined() ||
+                    (bf16_copies[i].defined() && fp8_out[i].rows.is_contiguous() &&
+                     fp8_out[i].rows.numel() == params[i].numel() && fp8_out[i].rows.element_size() == 1 &&
+                     fp8_out[i].rows.device() == params[i].device()),
+                "fused_adamw_step: FP8 output ", i, " must be contiguous FP8 of the param's numel, beside a bf16 copy");
   TORCH_CHECK(amax_slots.empty() || amax_slots.size() == params.size(), "fused_adamw_step: ", amax_slots.size(),
               " amax slots for ", params.size(), " params: pass one per param (undefined where none) or none");
   std::string why;
@@ -104,6 +122,10 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
     list.amax_bits[k] = i < amax_slots.size() && amax_slots[i].defined()
                             ? reinterpret_cast<unsigned*>(amax_slots[i].data_ptr<int32_t>())
                             : nullptr;
+    if (i < fp8_out.size() && fp8_out[i].history.defined()) {
+      list.fp8_history[k] = fp8_history_ptr(fp8_out[i].history);
+      list.param_fp8[k] = fp8_out[i].rows.data_ptr();
+    }
     list.numel[k] = params[i].numel();
     if (list.count == kernels::kAdamWTensorsPerLaunch) flush();
   }

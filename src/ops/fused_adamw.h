@@ -37,6 +37,22 @@ void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
                       const at::Tensor& step, const AdamWHyperparams& hyper, bool advance_step = true);
 
+// Delayed FP8 scaling of a weight (ops/fp8_history.h): the param's rows of the row-major FP8 weight
+// (`rows`, numel equal to the param's, contiguous) and the weight's history row.
+struct AdamWFp8Out {
+  at::Tensor history;
+  at::Tensor rows;
+};
+
+// The same step, and where fp8_out[i].history is defined (with a bf16 copy) the updated copy's FP8
+// bytes into fp8_out[i].rows with the history's scale and max |copy| into the history (amax_slots[i]
+// unused then). fp8_out empty or one entry per param.
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& bf16_copies, const std::vector<at::Tensor>& amax_slots,
+                      const std::vector<AdamWFp8Out>& fp8_out, const at::Tensor& step, const AdamWHyperparams& hyper,
+                      bool advance_step = true);
+
 // The same step computed in fp64 on any device (the test oracle) from the hyperparameters rounded
 // to fp32, as the kernel and ATen hold them: advances `step`, updates params and moments in place
 // (rounded to their dtype once), and writes the bf16 copies.

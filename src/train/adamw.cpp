@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+
 #include "ops/fused_adamw.h"
 
 namespace lmscale {
@@ -44,10 +46,20 @@ void FusedAdamW::update(const std::vector<size_t>& which, bool advance_kernel_st
     // some param misses a gradient on some step, which the LM never does).
     if (!kernel_step_.defined()) kernel_step_ = at::zeros({}, p.front().options().dtype(at::kFloat));
     std::vector<at::Tensor> amax;
+    std::vector<ops::AdamWFp8Out> fp8;  // delayed scaling, once the weight's history is seeded
     if (!derived_.empty())
-      for (size_t i : which)
-        if (params_[i].grad().defined()) amax.push_back(amax_of_[i]);
-    ops::fused_adamw_step(p, g, m, v, copies, amax, kernel_step_,
+      for (size_t i : which) {
+        if (!params_[i].grad().defined()) continue;
+        amax.push_back(amax_of_[i]);
+        const int d = derived_of_[i];
+        ops::AdamWFp8Out o;
+        if (d >= 0 && derived_[d].history.defined() && *derived_[d].seeded) {
+          const auto& ps = derived_[d].params;
+          o = {derived_[d].history, derived_[d].fp8_rows[std::find(ps.begin(), ps.end(), i) - ps.begin()]};
+        }
+        fp8.push_back(o);
+      }
+    ops::fused_adamw_step(p, g, m, v, copies, amax, fp8, kernel_step_,
                           {opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay}, advance_kernel_step);
     finish_derived(which);
     return;

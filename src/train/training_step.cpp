@@ -79,7 +79,7 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   if (is_fp8()) model_->use_fp8(setup_.fp8);  // FP8 GEMMs read the bf16 copies when there are some
   if (is_fp8() && uses_bf16_weight_copies() && setup_.fp8.cached_weights) {
     torch::Tensor amax_buffer;
-    auto derived = model_->attach_fp8_weights(amax_buffer);
+    auto derived = model_->attach_fp8_weights(amax_buffer, setup_.fp8.scaling == Fp8Scaling::kDelayed);
     optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
   }
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);

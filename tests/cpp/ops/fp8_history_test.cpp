@@ -22,6 +22,7 @@
 #include "kernels/fp8_history.h"
 #include "ops/fp8_amax.h"
 #include "ops/fp8_history.h"
+#include "ops/fused_adamw.h"
 #include "ops/fp8_quantize.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -337,6 +338,44 @@ TEST(Fp8HistoryGpu, RmsNormWritesTheBytesOfTheCastWithTheSameScale) {
   expect_same_bytes(q_t, want.data_t, "y transposed");
   EXPECT_EQ(q.to(torch::kFloat).abs().max().item<float>(), 448.f) << "the largest values saturate";
   EXPECT_EQ(ops::fp8_history_ptr(s.history.cpu())->amax, static_cast<uint32_t>(ops::fp8_amax(y).item<int32_t>()));
+}
+
+TEST(Fp8HistoryGpu, AdamWWritesTheWeightsBytesAndTheFinishTransposesAndRolls) {
+  // The AdamW kernel under delayed scaling: the FP8 bytes of the updated bf16 copy with the history's
+  // scale (the cast of the copy with that scale, bit for bit; saturating), the copy's amax into the
+  // history; then fp8_weight_finish: the transpose, the decode factor it was written with, the roll.
+  if (!cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t N = 48, K = 80;
+  torch::manual_seed(12);
+  auto f32 = torch::dtype(torch::kFloat).device(torch::kCUDA);
+  // Two params stacked by rows into one FP8 weight (as packed q/k/v): 16 + 32 rows.
+  std::vector<torch::Tensor> p = {torch::randn({16, K}, f32), torch::randn({32, K}, f32) * 3};
+  std::vector<torch::Tensor> g = {torch::randn({16, K}, f32), torch::randn({32, K}, f32)};
+  std::vector<torch::Tensor> m = {torch::zeros({16, K}, f32), torch::zeros({32, K}, f32)};
+  std::vector<torch::Tensor> v = {torch::zeros({16, K}, f32), torch::zeros({32, K}, f32)};
+  auto copy = torch::empty({N, K}, f32.dtype(torch::kBFloat16));
+  std::vector<torch::Tensor> copies = {copy.narrow(0, 0, 16), copy.narrow(0, 16, 32)};
+  auto s = delayed_scale(3.f, torch::kFloat8_e4m3fn);  // below the weights' amax: some saturate
+  ops::Fp8Tensor w;
+  w.data = torch::empty({N, K}, f32.dtype(torch::kFloat8_e4m3fn));
+  w.data_t = torch::empty({K, N}, f32.dtype(torch::kFloat8_e4m3fn));
+  w.inv_scale = torch::full({}, 7.f, f32);
+  auto flat = w.data.view(-1);
+  std::vector<ops::AdamWFp8Out> out = {{s.history, flat.narrow(0, 0, 16 * K)}, {s.history, flat.narrow(0, 16 * K, 32 * K)}};
+  auto step = torch::zeros({}, f32);
+  ops::fused_adamw_step(p, g, m, v, copies, {}, out, step, {1e-2, 0.9, 0.999, 1e-8, 0.01});
+  auto want = ops::fp8_quantize(copy, torch::kFloat8_e4m3fn, true, true, s.amax_bits);
+  expect_same_bytes(w.data, want.data, "weight");
+  EXPECT_EQ(w.data.to(torch::kFloat).abs().max().item<float>(), 448.f) << "the largest values saturate";
+  const auto amax = static_cast<uint32_t>(ops::fp8_amax(copy).item<int32_t>());
+  EXPECT_EQ(ops::fp8_history_ptr(s.history.cpu())->amax, amax);
+  ops::fp8_weight_finish(w, s.history);
+  expect_same_bytes(w.data_t, want.data_t, "weight transposed");
+  EXPECT_TRUE(torch::equal(w.inv_scale, want.inv_scale)) << "the decode factor it was written with";
+  const auto row = s.history.cpu();
+  EXPECT_EQ(ops::fp8_history_ptr(row)->amax_history[0], amax) << "rolled: this update's amax is the newest";
+  EXPECT_EQ(ops::fp8_history_ptr(row)->amax, 0u);
+  EXPECT_EQ(ops::fp8_history_ptr(row)->amax_history[1], bits(3.f));
 }
 
 TEST(Fp8HistoryGpu, RopeBackwardWritesTheBytesOfTheCastWithTheSameScale) {
