@@ -199,9 +199,10 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
                    std::string("with --precision fp8: how operands get their per-tensor scale. dynamic: from this "
                                "step's amax, a cast pass after the kernel that writes each operand. delayed: from "
                                "the largest amax of the last 16 steps, so RMSNorm, the SwiGLU gate (forward and backward) "
-                               "and RoPE's backward write their FP8 operands themselves, with no cast pass (an operand "
-                               "that grew past its scale saturates for a step; the first step runs dynamic); the "
-                               "other operands stay dynamic. Default ") +
+                               "and RoPE's backward write their FP8 operands themselves with no cast pass, and AdamW "
+                               "writes the FP8 weights (an operand that grew past its scale saturates for a step; the "
+                               "first step runs dynamic); the attention output and the residual stream's gradients "
+                               "stay dynamic. Default ") +
                        fp8_scaling_name(kFp8ScalingDefault) + " (faster on an H100: docs/training_step_notes.md)")
         ->check(one_of("fp8 scaling", {"delayed", "dynamic"}))->type_name("SCALING");
   }

@@ -30,9 +30,9 @@ constexpr int64_t kFp8MinDim = 1024;
 //   kDelayed  from the max of the operand's amax over the last kernels::kFp8HistoryLen steps, known
 //             before its producer runs, so the producer writes the FP8 bytes itself: RMSNorm's forward
 //             (the X of QKV and of W1/W3), the SwiGLU gate (forward: W2's X; backward: W1's and W3's
-//             dY) and RoPE's backward (the QKV GEMM's dY). Other operands (the attention output, the
-//             residual stream's gradients, the weights) keep the dynamic cast. The first step runs
-//             dynamic and seeds the histories.
+//             dY) and RoPE's backward (the QKV GEMM's dY); and AdamW writes the cached FP8 weights
+//             (attach_fp8_weights). The attention output and the residual stream's gradients keep the
+//             dynamic cast. The first step runs dynamic and seeds the histories.
 enum class Fp8Scaling { kDynamic, kDelayed };
 constexpr Fp8Scaling kFp8ScalingDefault = Fp8Scaling::kDelayed;
 // "dynamic" / "delayed", the spelling of --fp8-scaling and of the records' fp8_scaling field.
