@@ -1,6 +1,7 @@
 // The FP8 Linear of `--precision fp8`: y = x · Wᵀ with all three GEMMs of the layer (forward, input
-// gradient, weight gradient) in FP8 on the H100's tensor cores, dynamic per-tensor scales computed
-// on the GPU (ops/fp8_quantize.h), master weights and their gradients in fp32.
+// gradient, weight gradient) in FP8 on the H100's tensor cores, per-tensor scales computed on the GPU
+// (dynamic: ops/fp8_quantize.h; delayed: the operand's producer wrote it in FP8 with its history's scale,
+// ops/fp8_history.h, and hands it over through the Fp8Amax slot), master weights and gradients in fp32.
 // Which layers use it is the training step's choice (StepSetup::Fp8Layers); see
 // docs/training_step_notes.md (FP8) for the measurements behind the defaults.
 #pragma once
