@@ -15,7 +15,8 @@
 //   flash_hopper_probe bwd_repeatable           deterministic mode: dQ bitwise equal over reruns
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //   flash_hopper_probe bwd_compare B H S D causal [iters] [rounds]  shipped vs bwd_variants(D), alternating order (bf16)
-//   flash_hopper_probe bwd_sustain B H S D causal [seconds]   fwd+bwd, bwd, fwd each run back to back (bf16), mean ms
+//   flash_hopper_probe bwd_sustain B H S D causal [seconds] [variant]   fwd+bwd, bwd, fwd each run back to back (bf16),
+//                                               mean ms; variant: one of bwd_variants(D) instead of the shipped backward
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -424,11 +426,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM>
+template <int D, int kBlockM, int kKRegSteps = 0>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps>>(pp, st);
             });
           }};
 }
@@ -443,6 +445,12 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
+  // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
+  if (d == 128 && lk::hopper::bwd_k_reg_steps(128) == 0) {
+    // 5 of K's 8 k-steps, the most that fit: with 6 or 8 ptxas serialises the wgmmas (insufficient registers).
+    v.push_back(bwd_variant<128, 64, 5>("kregs5"));
+    v.push_back(bwd_variant<128, 64, 4>("kregs4"));
+  }
   return v;
 }
 
@@ -699,7 +707,8 @@ int compare_bwd(const Case& c, int iters, int rounds) {
 // back to back for `seconds` after half a second of warm-up, the mean per call over that time. At long
 // sequences this is bound by the H100's power cap (docs/flash_notes.md, "The product's d = 128 gap is
 // the power cap"), which bursts of ten calls (bwd_time) do not reach.
-int sustain_bwd(const Case& c, double seconds) {
+// `variant`: a name of bwd_variants(D) to time in place of the shipped backward (bf16), or null.
+int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
   const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
   BwdBuffers bb = alloc_bwd(c, L);
   std::mt19937 rng(7);
@@ -707,7 +716,17 @@ int sustain_bwd(const Case& c, double seconds) {
   const auto p = make_bwd_params(c, L, bb);
   lk::hopper::run_fwd(p, nullptr);
   auto fwd = [&] { lk::hopper::run_fwd(p, nullptr); };
-  auto bwd = [&] { c.bf16 ? run_hopper_bwd<__nv_bfloat16>(p) : run_hopper_bwd<__half>(p); };
+  const std::vector<BwdVariant> vs = bwd_variants(c.d);
+  const BwdVariant* var = nullptr;
+  for (const BwdVariant& v : vs)
+    if (variant && std::strcmp(v.name, variant) == 0) var = &v;
+  if (variant && !var) throw std::runtime_error(std::string("bwd_sustain: no backward variant ") + variant);
+  auto bwd = [&] {
+    if (var)
+      var->fn(p);
+    else
+      c.bf16 ? run_hopper_bwd<__nv_bfloat16>(p) : run_hopper_bwd<__half>(p);
+  };
   auto sustained = [&](auto&& f) {
     cudaEvent_t a, z;
     CHECK(cudaEventCreate(&a));
@@ -735,8 +754,9 @@ int sustain_bwd(const Case& c, double seconds) {
   const float t_fb = sustained([&] { fwd(); bwd(); });
   const float t_b = sustained(bwd);
   const float t_f = sustained(fwd);
-  std::printf("bwd_sustain %s b=%d h=%d s=%d d=%d causal=%d  %.1f s each: fwd+bwd %.3f ms  bwd %.3f ms  fwd %.3f ms\n",
-              c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, seconds, t_fb, t_b, t_f);
+  std::printf("bwd_sustain %s%s%s b=%d h=%d s=%d d=%d causal=%d  %.1f s each: fwd+bwd %.3f ms  bwd %.3f ms  fwd %.3f ms\n",
+              c.bf16 ? "bf16" : "fp16", var ? " " : "", var ? var->name : "", c.b, c.h, c.s, c.d, c.causal, seconds, t_fb,
+              t_b, t_f);
   std::fflush(stdout);
   free_bwd(bb);
   return 0;
@@ -768,7 +788,7 @@ int main(int argc, char** argv) {
     if (mode == "bwd_sustain" && argc >= 7) {
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
                    std::atoi(argv[6]) != 0, true, false, std::atoi(argv[5])};
-      return sustain_bwd(c, argc > 7 ? std::atof(argv[7]) : 2.0);
+      return sustain_bwd(c, argc > 7 ? std::atof(argv[7]) : 2.0, argc > 8 ? argv[8] : nullptr);
     }
     if (mode == "bwd_compare" && argc >= 7) {
       const Case c{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
@@ -783,7 +803,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "usage: flash_hopper_probe check [D] | small [D] | variants | time B H S D causal [bf16|fp16] [iters] [all] | "
                  "bwd_check [D] | bwd_check_deterministic [D] | bwd_small [D] | bwd_variants | bwd_repeatable | bwd_time B H S D causal [bf16|fp16] [iters] | "
-                 "bwd_compare B H S D causal [iters] [rounds] | bwd_sustain B H S D causal [seconds]\n");
+                 "bwd_compare B H S D causal [iters] [rounds] | bwd_sustain B H S D causal [seconds] [variant]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flash_hopper_probe: %s\n", e.what());

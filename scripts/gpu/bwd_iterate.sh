@@ -23,7 +23,8 @@ MODE=${2:-}
 if [[ $MODE == sustain ]]; then
   # Probes in turn (BINS, default the base and the new one; run in the given order, then reversed), each shape's
   # fwd + bwd, bwd and fwd run back to back for SUSTAIN_S seconds (bwd_sustain), as the product's benchmark times
-  # a phase, with the clocks and power logged. SHAPES: "B H S D causal" entries separated by ';'.
+  # a phase, with the clocks and power logged. SHAPES: "B H S D causal" entries separated by ';'. A BINS entry
+  # PROBE@VARIANT runs the backward variant VARIANT of that probe (e.g. "$H $H@kregs": one binary, two kernels).
   BASE=${BASE:-build-probe/flash_hopper_probe_base}
   read -r -a bins <<<"${BINS:-$BASE $H}"
   IFS=';' read -r -a shapes <<<"${SHAPES:-1 16 16384 64 1;1 16 16384 128 1;1 16 16384 64 0;4 32 2048 80 1}"
@@ -35,7 +36,11 @@ if [[ $MODE == sustain ]]; then
   {
     nvidia-smi --query-gpu=name --format=csv,noheader
     for shape in "${shapes[@]}"; do
-      for bin in "${order[@]}"; do echo "[$bin] $(date +%T.%N)"; "$bin" bwd_sustain $shape "${SUSTAIN_S:-1.5}"; done
+      # An entry PROBE@VARIANT times that variant of bwd_variants(D) in place of the shipped backward.
+      for bin in "${order[@]}"; do
+        echo "[$bin] $(date +%T.%N)"
+        "${bin%@*}" bwd_sustain $shape "${SUSTAIN_S:-1.5}" $([[ $bin == *@* ]] && echo "${bin#*@}")
+      done
     done
   } >"$OUT/sustain.txt" 2>&1
   kill "$logger"

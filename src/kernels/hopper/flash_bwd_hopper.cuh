@@ -33,8 +33,8 @@ namespace lmscale::kernels::hopper {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below.
-template <typename T_, int D_, int kBlockM_>
+// BwdShipped below. kKRegSteps_: Note [K in registers].
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -51,6 +51,11 @@ struct BwdConfig {
   // k-steps of S^T = K Q^T and dP^T = V dO^T: the head dim, not its padding (the padded columns are TMA's
   // zeros and add nothing; d = 80 runs 5 k-steps, not 6).
   static constexpr int kKSteps = D / 16;
+  // Note [K in registers]. Each consumer loads the first kKRegSteps 16-column k-steps of its 64 rows of K into
+  // registers once per block (4 registers per k-step: 32 for all of d = 128), and those k-steps of
+  // S^T = K Q^T run as RS wgmmas, reading only Q from shared memory. 0: K from shared memory.
+  static constexpr int kKRegSteps = kKRegSteps_;
+  static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -96,6 +101,8 @@ struct BwdConfig {
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
+  static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
+  static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
   static_assert(kStages >= 2, "Q/dO need double buffering");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
   static_assert(D % 16 == 0 && D <= 256 && kDqSplit % 16 == 0 && kDqN % 16 == 0, "wgmma N is a multiple of 8");
@@ -104,7 +111,7 @@ struct BwdConfig {
 
 // The shipped tile per head dim: bwd_block_m of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using BwdShipped = BwdConfig<T, D, bwd_block_m(D)>;
+using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D)>;
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;
@@ -344,6 +351,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       wgmma_ss<T, kBlockM>(acc, da, db, kk > 0);
     }
   };
+  // Note [K in registers]. S^T = K Q^T as issue_kq, but its first kKRegSteps k-steps take A from this thread's
+  // fragments of K (k_frag, loaded once per block below): 2 KB fewer shared-memory bytes per group, tile and
+  // k-step held.
+  uint32_t k_frag[C::kKInRegs ? C::kKRegSteps : 1][4];
+  auto issue_kq_regs = [&](float(&acc)[kBlockM / 2], uint32_t b_slot) {
+    const uint32_t a_lo = desc_lo(k_group, 16), b_lo = desc_lo(b_slot, 16);
+#pragma unroll
+    for (int kk = 0; kk < C::kKSteps; ++kk) {
+      const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
+      const uint64_t db = desc_at(b_lo, kHiAtom, c * kBlockM * kSwB + off);
+      if (kk < C::kKRegSteps)
+        wgmma_rs_bk<T, kBlockM>(acc, k_frag[kk < C::kKRegSteps ? kk : 0], db, kk > 0);
+      else
+        wgmma_ss<T, kBlockM>(acc, desc_at(a_lo, kHiAtom, c * kBlockN * kSwB + off), db, kk > 0);
+    }
+  };
   // acc (64 keys x D) += frag (P^T or dS^T in registers, 64 keys x kBlockM queries) * slot (kBlockM
   // queries x D: dO or Q, N-major).
   auto issue_acc_rs = [&](float(&acc)[D / 2], const uint32_t(&frag)[kBlockM / 16][4], uint32_t slot) {
@@ -402,6 +425,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
   };
 
+  // Note [K in registers]. At d = 128 the consumers read ~256 KB of wgmma operands from shared memory per
+  // 64-query tile (S^T, dP^T and dQ SS, dV and dK RS), and the sustained backward runs under the power cap
+  // (docs/flash_notes.md), so fewer shared-memory bytes per FLOP should mean higher clocks. K's 64 rows of a
+  // group are the same for every tile of the block: held as wgmma A fragments they take 2 KB per group, tile
+  // and k-step off S^T's reads (all 8 k-steps: 32 of the ~370 KB read and written per tile). Registers bound
+  // it: beside dK, dV (64 each), S^T, dP^T (32 each) and 240 per thread, 5 k-steps (20 registers) fit once
+  // dV is retired before dQ is issued (below); with 6 or more ptxas serialises the wgmmas. V (dP^T) would
+  // need as many registers again.
   // Note [bwd issue order]. Per tile, the tensor core always has queued work while the CUDA cores do the
   // elementwise steps: S^T and dP^T are issued together and P^T = exp2(..) runs under dP^T; dV += P^T dO
   // is issued as soon as P^T is packed and runs under the dS store and the groups' barrier; dQ and dK
@@ -412,6 +443,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // A group whose keys all lie after the tile's queries (causal) or past the end runs the tile anyway,
   // fully masked (P = dS = 0): ptxas serialises wgmmas on paths it cannot prove uniform.
   mbar_wait(kv_full, 0);
+  if constexpr (C::kKInRegs) {
+    // Note [K in registers]. k_frag[kk] = the m64k16 A fragment of K's rows [16 warp, 16 warp + 16) of this
+    // group, columns [16 kk, 16 kk + 16): ldmatrix tile j = lane / 8 is rows +8 (j % 2), columns +8 (j / 2);
+    // lane r of it names row 16 warp + 8 (j % 2) + r, whose 16-byte unit u sits at u ^ (row % 8) (128-byte
+    // swizzle; the group's rows start on an 8-row atom, so row % 8 = r).
+    const int j = lane / 8, r = lane % 8;
+    const uint32_t row_addr = k_group + (warp * 16 + 8 * (j % 2) + r) * kSwB;
+#pragma unroll
+    for (int kk = 0; kk < C::kKRegSteps; ++kk) {
+      const int c = kk / (kSwE / 16), unit = (kk % (kSwE / 16)) * 2 + j / 2;
+      ldmatrix_x4(row_addr + c * kBlockN * kSwB + ((unit ^ r) * 16), k_frag[kk]);
+    }
+  }
 #pragma unroll 1
   for (int it = 0; it < m_tiles - m_first; ++it) {
     const int s = it % kStages, buf = it & 1;
@@ -422,7 +466,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
     mbar_wait(&q_full[s], (it / kStages) & 1);
     wgmma_fence();
-    issue_kq(s_acc, k_group, q_slot);
+    if constexpr (C::kKInRegs)
+      issue_kq_regs(s_acc, q_slot);
+    else
+      issue_kq(s_acc, k_group, q_slot);
     wgmma_commit();
     issue_kq(dp_acc, v_group, do_slot);
     wgmma_commit();
@@ -480,6 +527,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
     named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+    if constexpr (C::kKInRegs) {
+      // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
+      // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
+      wgmma_wait<0>();
+      fence_regs(acc_dv);
+      fence_regs(p_frag);
+    }
 
     float acc_dq[C::kDqN / 2];
     wgmma_fence();

@@ -25,6 +25,9 @@ constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }              
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound
 // by shared-memory reads; 64 at d = 80 / 128, where 128 would not fit the registers beside dK and dV.
 constexpr int bwd_block_m(int d) { return d == 64 ? 128 : 64; }
+// Note [K in registers] (flash_bwd_hopper.cuh): k-steps of S^T = K Q^T with K in registers. Not shipped at any
+// head dim until it wins sustained on an H100 (docs/flash_notes.md, backward v5.3).
+constexpr int bwd_k_reg_steps(int /*d*/) { return 0; }
 
 // ---- the rules a choice must keep (each one a predicate, so the CPU test can show it rejects a bad tile)
 

@@ -43,8 +43,27 @@ def ss_wrapper(out, name, ctype, ptype, n, transpose_b):
     out.append("")
 
 
+def rs_wrapper(out, name, ctype, ptype, n, transpose_b):
+    """A wrapper with A in registers (4 per thread, the m64k16 fragment); transpose_b = 1 reads B N-major."""
+    h = n // 2
+    out.append("template <>")
+    out.append(f"__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{h}], const uint32_t (&a)[4], "
+               "uint64_t desc_b, int accumulate) {")
+    out.append("  asm volatile(")
+    out.append('      "{\\n.reg .pred p;\\n"')
+    out.append(f'      "setp.ne.b32 p, %{h + 5}, 0;\\n"')
+    out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
+    out.append(f'      "{{{regs(0, h)}}}, "')
+    out.append(f'      "{{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, {transpose_b};\\n}}\\n"')
+    out.append(f"      : {acc_operands(n)}")
+    out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));')
+    out.append("}")
+    out.append("")
+
+
 PRIMARIES = [("wgmma_ss", "uint64_t desc_a, uint64_t desc_b"),
              ("wgmma_rs", "const uint32_t (&a)[4], uint64_t desc_b"),
+             ("wgmma_rs_bk", "const uint32_t (&a)[4], uint64_t desc_b"),
              ("wgmma_ss_bt", "uint64_t desc_a, uint64_t desc_b")]
 
 
@@ -77,6 +96,8 @@ def ops_header():
     out.append("//   wgmma_ss<T, N>(d, desc_a, desc_b, accumulate): D(64xN, fp32) (+)= A(64x16, smem) * B(16xN, smem),")
     out.append("//     both operands K-major (no transpose);")
     out.append("//   wgmma_rs<T, N>(d, a, desc_b, accumulate): D (+)= A(64x16, registers) * B(16xN, smem), B N-major (transposed);")
+    out.append("//   wgmma_rs_bk<T, N>(d, a, desc_b, accumulate): A in registers, B K-major in smem (the backward's")
+    out.append("//     S^T = K Q^T with K held in registers, BwdConfig::kKRegSteps);")
     out.append("//   wgmma_ss_bt<T, N>(d, desc_a, desc_b, accumulate): A K-major in smem, B N-major (transposed) in smem")
     out.append("//     (the backward's dQ = dS K, whose B operand K is stored with the head dim contiguous).")
     out.append("// Each call only issues the instruction: the caller brackets a batch with wgmma_fence() and")
@@ -104,19 +125,8 @@ def ops_header():
         for n in NS:
             h = n // 2
             ss_wrapper(out, "wgmma_ss", ctype, ptype, n, transpose_b=0)
-            out.append("template <>")
-            out.append(f"__device__ __forceinline__ void wgmma_rs<{ctype}, {n}>(float (&d)[{h}], const uint32_t (&a)[4], "
-                       "uint64_t desc_b, int accumulate) {")
-            out.append("  asm volatile(")
-            out.append('      "{\\n.reg .pred p;\\n"')
-            out.append(f'      "setp.ne.b32 p, %{h + 5}, 0;\\n"')
-            out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
-            out.append(f'      "{{{regs(0, h)}}}, "')
-            out.append(f'      "{{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, 1;\\n}}\\n"')
-            out.append(f"      : {acc_operands(n)}")
-            out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));')
-            out.append("}")
-            out.append("")
+            rs_wrapper(out, "wgmma_rs", ctype, ptype, n, transpose_b=1)
+            rs_wrapper(out, "wgmma_rs_bk", ctype, ptype, n, transpose_b=0)
             ss_wrapper(out, "wgmma_ss_bt", ctype, ptype, n, transpose_b=1)
     out.append("}  // namespace lmscale::kernels::hopper")
     return "\n".join(out) + "\n"

@@ -178,6 +178,17 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
                : "memory");
 }
 
+// ---- ldmatrix (PTX 9.7.14.5.15): four 8 x 8 16-bit tiles from shared memory into mma fragments (one 32-bit
+// register per tile per thread), lane 8 j + r giving the address of row r of tile j; the backward's K held in
+// registers as the A operand of S^T = K Q^T (BwdConfig::kKInRegs). Volatile and with a memory clobber: the tile
+// was written by TMA, whose completion the caller waited for on an mbarrier.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
