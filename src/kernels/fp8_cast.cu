@@ -118,33 +118,44 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const Fp8CastParams 
   }
 }
 
-// The transpose of FP8 bytes through the same 64×64 tile: phase 1 reads 8-byte row segments into the
-// tile, phase 2 is fp8_cast_kernel's.
+// The transpose of FP8 bytes, memory-bound at 1 B read + 1 B written per element. A 64×64 tile with
+// 8-byte accesses (fp8_cast_kernel's shape) ran at 1.4 TB/s on an H100 (too few bytes in flight per
+// thread), so: block (bx, by) owns a 128×128 tile; phase 1 reads 16-byte row segments (4 per thread) into
+// shared memory, phase 2 writes 16 consecutive rows of one column as one 16-byte store of out (8 threads
+// cover 128 contiguous bytes). Rows of the tile are 132 bytes apart, so the 8 row segments a warp reads
+// down one column fall on 2 banks rather than 1.
+constexpr int kTTile = 128, kTSeg = 16, kTPitch = kTTile + 4;
+
 __global__ void __launch_bounds__(kThreads) fp8_transpose_kernel(const uint8_t* in, uint8_t* out, int64_t rows,
                                                                  int64_t cols, Fp8History* h, float* inv_out) {
-  __shared__ __align__(16) uint8_t tile[kTile][kTile + 8];
+  __shared__ __align__(16) uint8_t tile[kTTile * kTPitch];
   // A weight finished after its update (run_fp8_weight_finish): the decode factor it was written with,
   // then the roll for the next update. One thread; no other block reads the history.
   if (h && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     *inv_out = h->inv_scale;
     fp8_history_roll(*h);
   }
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile, col0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
-    const int r = i / (kTile / kVec), c = (i % (kTile / kVec)) * kVec;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTTile, col0 = static_cast<int64_t>(blockIdx.x) * kTTile;
+  constexpr int kSegs = kTTile * (kTTile / kTSeg);  // 1024 per tile, 4 per thread
+#pragma unroll
+  for (int i = threadIdx.x; i < kSegs; i += kThreads) {
+    const int r = i / (kTTile / kTSeg), c = (i % (kTTile / kTSeg)) * kTSeg;
     const int64_t gr = row0 + r, gc = col0 + c;
-    if (gr >= rows || gc >= cols) continue;
-    *reinterpret_cast<uint2*>(&tile[r][c]) = *reinterpret_cast<const uint2*>(in + gr * cols + gc);
+    if (gr >= rows || gc >= cols) continue;  // rows and cols multiples of 16: segments are whole
+    const uint4 v = *reinterpret_cast<const uint4*>(in + gr * cols + gc);
+    uint32_t* t = reinterpret_cast<uint32_t*>(tile + r * kTPitch + c);  // 4-byte aligned: pitch and c are
+    t[0] = v.x, t[1] = v.y, t[2] = v.z, t[3] = v.w;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
-    const int c = i / (kTile / kVec), r = (i % (kTile / kVec)) * kVec;
+#pragma unroll
+  for (int i = threadIdx.x; i < kSegs; i += kThreads) {
+    const int c = i / (kTTile / kTSeg), r = (i % (kTTile / kTSeg)) * kTSeg;
     const int64_t gr = row0 + r, gc = col0 + c;
     if (gr >= rows || gc >= cols) continue;
-    uint32_t lo = 0, hi = 0;
+    uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) lo |= uint32_t(tile[r + k][c]) << (8 * k), hi |= uint32_t(tile[r + 4 + k][c]) << (8 * k);
-    *reinterpret_cast<uint2*>(out + gc * rows + gr) = make_uint2(lo, hi);
+    for (int k = 0; k < kTSeg; ++k) w[k / 4] |= uint32_t(tile[(r + k) * kTPitch + c]) << (8 * (k % 4));
+    *reinterpret_cast<uint4*>(out + gc * rows + gr) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -210,9 +221,9 @@ void launch_transpose(const void* in, void* out, int64_t rows, int64_t cols, Fp8
                              " must be multiples of 16 and the pointers 16-byte aligned");
   if (h && (rows == 0 || cols == 0)) throw std::runtime_error("run_fp8_weight_finish: an empty weight");
   if (rows == 0 || cols == 0) return;
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t row_tiles = (rows + kTTile - 1) / kTTile;
   check_grid_y(static_cast<int>(std::min<int64_t>(row_tiles, 1 << 30)), "fp8_transpose_kernel");
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>(row_tiles));
+  const dim3 grid(static_cast<unsigned>((cols + kTTile - 1) / kTTile), static_cast<unsigned>(row_tiles));
   fp8_transpose_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), rows, cols, h, inv_out);
   LMSCALE_CUDA_CHECK_LAUNCH("fp8_transpose_kernel");
