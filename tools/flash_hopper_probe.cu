@@ -446,9 +446,11 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
-  if (d == 128 && lk::hopper::bwd_k_reg_steps(128) == 0) {
-    // 5 of K's 8 k-steps, the most that fit: with 6 or 8 ptxas serialises the wgmmas (insufficient registers).
-    v.push_back(bwd_variant<128, 64, 5>("kregs5"));
+  // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
+  // shared memory, the d = 128 kernel before v5.3.
+  static_assert(lk::hopper::bwd_k_reg_steps(128) == 5, "the d = 128 variants below assume 5 k-steps shipped");
+  if (d == 128) {
+    v.push_back(bwd_variant<128, 64, 0>("ksmem"));
     v.push_back(bwd_variant<128, 64, 4>("kregs4"));
   }
   return v;
