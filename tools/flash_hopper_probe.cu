@@ -626,15 +626,27 @@ int check_bwd_variants() {
   return failures ? 1 : 0;
 }
 
+// The inputs every timing mode starts from: a case's tensors (seed 7), the forward run once so the backward
+// has O and L. The caller frees `bb`.
+struct TimedBwd {
+  BwdBuffers bb;
+  lk::FlashParams p;
+};
+TimedBwd timed_bwd_setup(const Case& c) {
+  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
+  TimedBwd t{alloc_bwd(c, L), {}};
+  std::mt19937 rng(7);
+  fill_bwd_inputs(c, L, t.bb, rng);
+  t.p = make_bwd_params(c, L, t.bb);
+  lk::hopper::run_fwd(t.p, nullptr);
+  return t;
+}
+
 // Backward (preprocess + main + dQ conversion) and forward + backward, Hopper vs mma.sync, CUDA-event
 // medians. FLOPs by the flash-attention convention: backward = 2.5 x forward.
 int time_bwd(const Case& c, int iters) {
-  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
-  BwdBuffers bb = alloc_bwd(c, L);
-  std::mt19937 rng(7);
-  fill_bwd_inputs(c, L, bb, rng);
-  const auto p = make_bwd_params(c, L, bb);
-  lk::hopper::run_fwd(p, nullptr);
+  TimedBwd t = timed_bwd_setup(c);
+  const lk::FlashParams& p = t.p;
   const double fwd_flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
   const double bwd_flop = 2.5 * fwd_flop;
   auto hb = [&] { c.bf16 ? run_hopper_bwd<__nv_bfloat16>(p) : run_hopper_bwd<__half>(p); };
@@ -667,7 +679,7 @@ int time_bwd(const Case& c, int iters) {
       std::printf("  bwd variant %-13s %.3f ms (%.0f TFLOP/s)\n", var.name, t, bwd_flop / t / 1e9);
     }
   std::fflush(stdout);
-  free_bwd(bb);
+  free_bwd(t.bb);
   return 0;
 }
 
@@ -675,12 +687,8 @@ int time_bwd(const Case& c, int iters) {
 // (forward, then reversed), so no kernel gains from running first under the power cap; per kernel the
 // median of each round and their mean.
 int compare_bwd(const Case& c, int iters, int rounds) {
-  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
-  BwdBuffers bb = alloc_bwd(c, L);
-  std::mt19937 rng(7);
-  fill_bwd_inputs(c, L, bb, rng);
-  const auto p = make_bwd_params(c, L, bb);
-  lk::hopper::run_fwd(p, nullptr);
+  TimedBwd t = timed_bwd_setup(c);
+  const lk::FlashParams& p = t.p;
   const double bwd_flop = 2.5 * 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
   std::vector<BwdVariant> impls = {{"shipped", [](const lk::FlashParams& q) { run_hopper_bwd<__nv_bfloat16>(q); }}};
   for (const BwdVariant& v : bwd_variants(c.d)) impls.push_back(v);
@@ -701,7 +709,7 @@ int compare_bwd(const Case& c, int iters, int rounds) {
                 100.0 * (mean / (std::accumulate(ms[0].begin(), ms[0].end(), 0.0) / ms[0].size()) - 1));
   }
   std::fflush(stdout);
-  free_bwd(bb);
+  free_bwd(t.bb);
   return 0;
 }
 
@@ -711,12 +719,8 @@ int compare_bwd(const Case& c, int iters, int rounds) {
 // the power cap"), which bursts of ten calls (bwd_time) do not reach.
 // `variant`: a name of bwd_variants(D) to time in place of the shipped backward (bf16), or null.
 int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
-  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
-  BwdBuffers bb = alloc_bwd(c, L);
-  std::mt19937 rng(7);
-  fill_bwd_inputs(c, L, bb, rng);
-  const auto p = make_bwd_params(c, L, bb);
-  lk::hopper::run_fwd(p, nullptr);
+  TimedBwd t = timed_bwd_setup(c);
+  const lk::FlashParams& p = t.p;
   auto fwd = [&] { lk::hopper::run_fwd(p, nullptr); };
   const std::vector<BwdVariant> vs = bwd_variants(c.d);
   const BwdVariant* var = nullptr;
@@ -760,7 +764,7 @@ int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
               c.bf16 ? "bf16" : "fp16", var ? " " : "", var ? var->name : "", c.b, c.h, c.s, c.d, c.causal, seconds, t_fb,
               t_b, t_f);
   std::fflush(stdout);
-  free_bwd(bb);
+  free_bwd(t.bb);
   return 0;
 }
 

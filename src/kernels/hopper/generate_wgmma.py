@@ -25,38 +25,26 @@ def acc_operands(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
 
 
-def ss_wrapper(out, name, ctype, ptype, n, transpose_b):
-    """A wrapper with both operands in shared memory; transpose_b = 1 reads B N-major."""
+def wrapper(out, name, ctype, ptype, n, transpose_b, a_in_registers):
+    """One wrapper specialisation: A in shared memory (a descriptor) or in registers (4 per thread, the m64k16
+    fragment); B in shared memory, read N-major when transpose_b = 1."""
     h = n // 2
+    a_param, a_count = ("const uint32_t (&a)[4]", 4) if a_in_registers else ("uint64_t desc_a", 1)
     out.append("template <>")
-    out.append(f"__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{h}], uint64_t desc_a, "
+    out.append(f"__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{h}], {a_param}, "
                "uint64_t desc_b, int accumulate) {")
     out.append("  asm volatile(")
     out.append('      "{\\n.reg .pred p;\\n"')
-    out.append(f'      "setp.ne.b32 p, %{h + 2}, 0;\\n"')
+    out.append(f'      "setp.ne.b32 p, %{h + a_count + 1}, 0;\\n"')
     out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
     out.append(f'      "{{{regs(0, h)}}}, "')
-    out.append(f'      "%{h}, %{h + 1}, p, 1, 1, 0, {transpose_b};\\n}}\\n"')
+    if a_in_registers:  # the scale-a/scale-b immediates, then only B's transpose: A in registers has none
+        out.append(f'      "{{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, {transpose_b};\\n}}\\n"')
+    else:
+        out.append(f'      "%{h}, %{h + 1}, p, 1, 1, 0, {transpose_b};\\n}}\\n"')
     out.append(f"      : {acc_operands(n)}")
-    out.append('      : "l"(desc_a), "l"(desc_b), "r"(accumulate));')
-    out.append("}")
-    out.append("")
-
-
-def rs_wrapper(out, name, ctype, ptype, n, transpose_b):
-    """A wrapper with A in registers (4 per thread, the m64k16 fragment); transpose_b = 1 reads B N-major."""
-    h = n // 2
-    out.append("template <>")
-    out.append(f"__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{h}], const uint32_t (&a)[4], "
-               "uint64_t desc_b, int accumulate) {")
-    out.append("  asm volatile(")
-    out.append('      "{\\n.reg .pred p;\\n"')
-    out.append(f'      "setp.ne.b32 p, %{h + 5}, 0;\\n"')
-    out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
-    out.append(f'      "{{{regs(0, h)}}}, "')
-    out.append(f'      "{{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, p, 1, 1, {transpose_b};\\n}}\\n"')
-    out.append(f"      : {acc_operands(n)}")
-    out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));')
+    a_inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])' if a_in_registers else '"l"(desc_a)'
+    out.append(f'      : {a_inputs}, "l"(desc_b), "r"(accumulate));')
     out.append("}")
     out.append("")
 
@@ -123,11 +111,10 @@ def ops_header():
     out.append("")
     for ctype, ptype in TYPES:
         for n in NS:
-            h = n // 2
-            ss_wrapper(out, "wgmma_ss", ctype, ptype, n, transpose_b=0)
-            rs_wrapper(out, "wgmma_rs", ctype, ptype, n, transpose_b=1)
-            rs_wrapper(out, "wgmma_rs_bk", ctype, ptype, n, transpose_b=0)
-            ss_wrapper(out, "wgmma_ss_bt", ctype, ptype, n, transpose_b=1)
+            wrapper(out, "wgmma_ss", ctype, ptype, n, transpose_b=0, a_in_registers=False)
+            wrapper(out, "wgmma_rs", ctype, ptype, n, transpose_b=1, a_in_registers=True)
+            wrapper(out, "wgmma_rs_bk", ctype, ptype, n, transpose_b=0, a_in_registers=True)
+            wrapper(out, "wgmma_ss_bt", ctype, ptype, n, transpose_b=1, a_in_registers=False)
     out.append("}  // namespace lmscale::kernels::hopper")
     return "\n".join(out) + "\n"
 
