@@ -11,7 +11,9 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_amax.cuh"
 #include "kernels/fp8_cast_params.h"
+#include "kernels/fp8_delayed.cuh"
 #include "kernels/fp8_history.h"
 #include "kernels/fused_elementwise.cuh"
 
@@ -20,9 +22,8 @@ namespace {
 
 using namespace fused;
 
-constexpr int kThreads = 256;
-constexpr int kTile = 64;  // a cast block's tile: kTile rows × kTile cols
-constexpr int kVec = 8;    // elements per thread access: 16 bytes of bf16, 8 bytes of FP8
+constexpr int kThreads = fp8_tile::kThreads;
+constexpr int kVec = fp8_tile::kSeg;  // elements per thread access: 16 bytes of bf16, 8 bytes of FP8
 
 // Eight consecutive elements of x as fp32 (one 16-byte load for bf16, two for fp32).
 template <typename T>
@@ -38,18 +39,6 @@ __device__ __forceinline__ void load8(const T* p, float (&v)[kVec]) {
   }
 }
 
-// Two values to two FP8 bytes (a in the low byte), round to nearest even; saturation only matters
-// for NaN scales (NaN stays NaN): amax·s <= max by construction.
-__device__ __forceinline__ uint16_t to_fp8x2(float a, float b, Fp8Format f) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, f == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2);
-}
-
-__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
@@ -63,25 +52,17 @@ __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const T* x, int64_t 
 #pragma unroll
     for (int k = 0; k < kVec; ++k) m = max(m, abs_bits(v[k]));
   }
-  __shared__ uint32_t warps[kThreads / 32];
-  m = warp_max(m);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = warp_max(threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0u);
-    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
-  }
+  block_amax_commit(m, amax_bits);
 }
 
-// Block (bx, by) owns rows [64·by, +64) and cols [64·bx, +64) of x. Phase 1: each thread reads
-// 8-element row segments, writes them row-major to `out` and keeps the bytes in the tile. Phase 2:
-// each thread writes 8 consecutive rows of one column, i.e. 8 consecutive bytes of one row of
-// out_t = xᵀ; 8 threads cover 64 contiguous bytes of out_t, so the stores stay coalesced.
+// Block (bx, by) owns rows [64·by, +64) and cols [64·bx, +64) of x (fp8_tile::tile_grid). Phase 1: each
+// thread reads 8-element row segments, writes them row-major to `out` and keeps the bytes in the tile.
+// Phase 2: the tile to out_t = xᵀ (fp8_tile::put_transposed).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const Fp8CastParams p) {
+  using namespace fp8_tile;
   __shared__ float scale;
-  // +8 bytes of padding per row: the column reads of phase 2 then spread over more banks.
-  __shared__ __align__(16) uint8_t tile[kTile][kTile + 8];
+  __shared__ __align__(16) Tile tile;
   if (threadIdx.x == 0) {
     scale = fp8_scale_from_amax(float_from_bits(*p.amax_bits), p.format);
     if (blockIdx.x == 0 && blockIdx.y == 0) *p.inv_scale = 1.f / scale;  // exact: s is a power of two
@@ -90,32 +71,20 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const Fp8CastParams 
   const float s = scale;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile, col0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const T* x = static_cast<const T*>(p.x);
-  // Phase 1: kTile rows × (kTile / kVec) segments = 512 segments, 2 per thread.
-  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
-    const int r = i / (kTile / kVec), c = (i % (kTile / kVec)) * kVec;
+  for (int i = threadIdx.x; i < kSegs; i += kThreads) {
+    int r, c;
+    segment(i, r, c);
     const int64_t gr = row0 + r, gc = col0 + c;
     if (gr >= p.rows || gc >= p.cols) continue;  // rows, cols are multiples of 16: segments are whole
-    float v[kVec];
+    float v[kSeg];
     load8(x + gr * p.cols + gc, v);
-    uint16_t q[kVec / 2];
-#pragma unroll
-    for (int k = 0; k < kVec / 2; ++k) q[k] = to_fp8x2(v[2 * k] * s, v[2 * k + 1] * s, p.format);
-    const uint2 packed = make_uint2(q[0] | (uint32_t(q[1]) << 16), q[2] | (uint32_t(q[3]) << 16));
+    const uint2 packed = quantize8(v, s, p.format);
     if (p.out) *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.out) + gr * p.cols + gc) = packed;
     *reinterpret_cast<uint2*>(&tile[r][c]) = packed;
   }
   if (!p.out_t) return;
   __syncthreads();
-  // Phase 2: kTile columns × (kTile / kVec) row segments; out_t[gc, gr .. gr+7] = tile[r .. r+7][c].
-  for (int i = threadIdx.x; i < kTile * (kTile / kVec); i += kThreads) {
-    const int c = i / (kTile / kVec), r = (i % (kTile / kVec)) * kVec;
-    const int64_t gr = row0 + r, gc = col0 + c;
-    if (gr >= p.rows || gc >= p.cols) continue;
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) lo |= uint32_t(tile[r + k][c]) << (8 * k), hi |= uint32_t(tile[r + 4 + k][c]) << (8 * k);
-    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.out_t) + gc * p.rows + gr) = make_uint2(lo, hi);
-  }
+  put_transposed(p.out_t, tile, p.rows, p.cols, row0, col0);
 }
 
 // The transpose of FP8 bytes, memory-bound at 1 B read + 1 B written per element. A 64×64 tile with
@@ -203,9 +172,7 @@ void run_fp8_cast(const Fp8CastParams& p, void* stream) {
   check(p, "run_fp8_cast");
   if (!p.inv_scale) throw std::runtime_error("run_fp8_cast: inv_scale is null");
   if (p.rows == 0 || p.cols == 0) return;
-  const int64_t row_tiles = (p.rows + kTile - 1) / kTile;
-  check_grid_y(static_cast<int>(std::min<int64_t>(row_tiles, 1 << 30)), "fp8_cast_kernel");
-  const dim3 grid(static_cast<unsigned>((p.cols + kTile - 1) / kTile), static_cast<unsigned>(row_tiles));
+  const dim3 grid = fp8_tile::tile_grid(p.rows, p.cols, "fp8_cast_kernel");
   with_input_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     fp8_cast_kernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(fp8_tile::kThreads) rope_qkv_bwd_fp8_kernel(co
   }
   commit_amax(amax, o.history);
   __syncthreads();  // commit_amax's barriers already order the tile; this one says so where it matters
-  if (o.data_t) put_transposed(o, tile, rows, cols, row0, col0);
+  if (o.data_t) put_transposed(o.data_t, tile, rows, cols, row0, col0);
 }
 
 template <bool Backward>
@@ -193,9 +193,7 @@ void run_rope_qkv_bwd_fp8(const RopeQkvParams& s, void* stream) {
                              "16-byte aligned pointers and an FP8 output with its history (rope_qkv_fp8_ok)");
   const int64_t rows = static_cast<int64_t>(s.batch) * s.seqlen, cols = 3LL * s.heads * s.head_dim;
   if (rows == 0) return;
-  const int64_t row_tiles = (rows + fp8_tile::kTile - 1) / fp8_tile::kTile;
-  check_grid_y(static_cast<int>(row_tiles > (1 << 30) ? (1 << 30) : row_tiles), "rope_qkv_bwd_fp8_kernel");
-  const dim3 grid(static_cast<unsigned>((cols + fp8_tile::kTile - 1) / fp8_tile::kTile), static_cast<unsigned>(row_tiles));
+  const dim3 grid = fp8_tile::tile_grid(rows, cols, "rope_qkv_bwd_fp8_kernel");
   rope_qkv_bwd_fp8_kernel<<<grid, fp8_tile::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(s);
   LMSCALE_CUDA_CHECK_LAUNCH("rope_qkv_bwd_fp8_kernel");
 }

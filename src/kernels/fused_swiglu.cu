@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(fp8_tile::kThreads) swiglu_fp8_kernel(const Sw
   commit_amax(amax_a, oa.history);
   if (Backward) commit_amax(amax_b, p.db_fp8.history);
   __syncthreads();  // commit_amax's barriers already order the tiles; this one says so where it matters
-  if (oa.data_t) put_transposed(oa, tile_a, p.rows, p.cols, row0, col0);
-  if (Backward && p.db_fp8.data_t) put_transposed(p.db_fp8, tile_b, p.rows, p.cols, row0, col0);
+  if (oa.data_t) put_transposed(oa.data_t, tile_a, p.rows, p.cols, row0, col0);
+  if (Backward && p.db_fp8.data_t) put_transposed(p.db_fp8.data_t, tile_b, p.rows, p.cols, row0, col0);
 }
 
 template <bool Backward>
@@ -157,10 +157,7 @@ void launch_fp8(const SwiGluParams& p, void* stream) {
     throw std::runtime_error("run_swiglu_*_fp8: needs bf16, rows and cols multiples of 16, row strides multiples "
                              "of 8 and 16-byte aligned pointers, and an FP8 output per history (swiglu_fp8_ok)");
   if (p.rows == 0 || p.cols == 0) return;
-  const int64_t row_tiles = (p.rows + fp8_tile::kTile - 1) / fp8_tile::kTile;
-  check_grid_y(static_cast<int>(row_tiles > (1 << 30) ? (1 << 30) : row_tiles), "swiglu_fp8_kernel");
-  const dim3 grid(static_cast<unsigned>((p.cols + fp8_tile::kTile - 1) / fp8_tile::kTile),
-                  static_cast<unsigned>(row_tiles));
+  const dim3 grid = fp8_tile::tile_grid(p.rows, p.cols, "swiglu_fp8_kernel");
   swiglu_fp8_kernel<Backward><<<grid, fp8_tile::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("swiglu_fp8_kernel");
 }

@@ -117,6 +117,21 @@ Fp8Tensor fp8_quantize_delayed(const at::Tensor& x, const at::Tensor& h, bool ro
   return out;
 }
 
+Fp8Tensor fp8_delayed_outputs(const Fp8AmaxSlot& slot, const at::Tensor& t, kernels::Fp8DelayedOut& o) {
+  TORCH_CHECK(slot && slot->history().defined(), "fp8_delayed_outputs: the slot carries no history");
+  const auto& h = slot->history();
+  const int64_t cols = t.size(-1), rows = cols ? t.numel() / cols : 0;
+  const auto fp8 = slot->history_format();  // known on the host: no read of the device row
+  Fp8Tensor q;
+  q.data = at::empty({rows, cols}, t.options().dtype(fp8));
+  q.data_t = at::empty({cols, rows}, t.options().dtype(fp8));
+  q.inv_scale = fp8_history_inv_scale(h);
+  o.history = fp8_history_ptr(h);
+  o.data = q.data.data_ptr();
+  o.data_t = q.data_t.data_ptr();
+  return q;
+}
+
 void fp8_weight_finish(Fp8Tensor& w, const at::Tensor& h) {
   check_row(h, "fp8_weight_finish");
   TORCH_CHECK(w.data.defined() && w.data_t.defined() && w.inv_scale.defined() && w.data.dim() == 2 &&

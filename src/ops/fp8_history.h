@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/fp8_history.h"
+#include "ops/fp8_amax.h"
 #include "ops/fp8_quantize.h"
 
 namespace lmscale::ops {
@@ -35,6 +36,12 @@ void fold_fp8_amax(const at::Tensor& history, const at::Tensor& amax_bits);
 // whose inv_scale turns NaN when x holds an inf or NaN. inv_scale of the result is a view of the
 // history's. ATen ops on x's device, no host sync.
 Fp8Tensor fp8_quantize_delayed(const at::Tensor& x, const at::Tensor& history, bool row_major, bool transposed);
+
+// Delayed scaling, producer side: buffers for t's FP8 form in the format of `slot`'s history (t (..., cols)
+// as rows of cols: row-major and transposed, as the FP8 Linear's casts write them), the decode factor a
+// view of the history's, and `o` pointed at them for the producer kernel. t itself is only the tensor
+// the producer hands on (Fp8Amax::record_quantized). `slot` must carry a history (attach_history).
+Fp8Tensor fp8_delayed_outputs(const Fp8AmaxSlot& slot, const at::Tensor& t, kernels::Fp8DelayedOut& o);
 
 // A weight whose row-major FP8 bytes (w.data) the AdamW kernel wrote with the history's scale,
 // finished after its update: w.data_t = its transpose, w.inv_scale = the decode factor it was written

@@ -63,11 +63,8 @@ struct AddRmsNormKernel : torch::autograd::Function<AddRmsNormKernel> {
     if (y_amax && y_amax->delayed() && y.scalar_type() == at::kBFloat16 && rows % 16 == 0 && C % 16 == 0) {
       // Delayed scaling: the GEMM reads only y's FP8 form (row-major from the kernel, the transpose from
       // its bytes); y is handed on unwritten (Fp8Amax::record_quantized). The backward reads h, not y.
-      Fp8Tensor q;
-      q.data = at::empty({rows, C}, y.options().dtype(y_amax->history_format()));
-      q.data_t = at::empty({C, rows}, q.data.options());
-      q.inv_scale = fp8_history_inv_scale(y_amax->history());
-      p.y_fp8 = {fp8_history_ptr(y_amax->history()), q.data.data_ptr(), nullptr};
+      Fp8Tensor q = fp8_delayed_outputs(y_amax, y, p.y_fp8);
+      p.y_fp8.data_t = nullptr;  // the kernel walks rows: the transpose is its own pass below
       kernels::run_add_rmsnorm_fwd(p, stream);
       kernels::run_fp8_transpose(q.data.data_ptr(), q.data_t.data_ptr(), rows, C, stream);
       y_amax->record_quantized(y, std::move(q));

@@ -88,13 +88,7 @@ struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
       // The QKV GEMM reads only the FP8 form: dqkv is handed on unwritten (Fp8Amax::record_quantized).
       auto fp = p;
       fp.qkv_grad = nullptr;
-      const int64_t rows = shape[0] * shape[1], cols = shape[2];
-      const auto fp8 = dqkv_amax->history_format();
-      Fp8Tensor q;
-      q.data = at::empty({rows, cols}, dqkv.options().dtype(fp8));
-      q.data_t = at::empty({cols, rows}, dqkv.options().dtype(fp8));
-      q.inv_scale = fp8_history_inv_scale(dqkv_amax->history());
-      fp.qkv_grad_fp8 = {fp8_history_ptr(dqkv_amax->history()), q.data.data_ptr(), q.data_t.data_ptr()};
+      Fp8Tensor q = fp8_delayed_outputs(dqkv_amax, dqkv, fp.qkv_grad_fp8);
       if (kernels::rope_qkv_fp8_ok(fp)) {
         kernels::run_rope_qkv_bwd_fp8(fp, stream);
         dqkv_amax->record_quantized(dqkv, std::move(q));

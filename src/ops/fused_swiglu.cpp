@@ -53,23 +53,6 @@ at::Tensor amax_bits_for(const Fp8AmaxSlot& slot, const at::Tensor& t, uint32_t*
   return bits;
 }
 
-// Delayed scaling: t's FP8 form in `slot`'s format (row-major and transposed, as the FP8 Linear's
-// casts write it), its buffers set in `o`; t itself is only the tensor handed on (record_quantized).
-Fp8Tensor fp8_outputs_for(const Fp8AmaxSlot& slot, const at::Tensor& t, kernels::Fp8DelayedOut& o) {
-  const auto& h = slot->history();
-  auto* row = fp8_history_ptr(h);
-  const int64_t cols = t.size(-1), rows = cols ? t.numel() / cols : 0;
-  const auto fp8 = slot->history_format();  // known on the host: no read of the device row
-  Fp8Tensor q;
-  q.data = at::empty({rows, cols}, t.options().dtype(fp8));
-  q.data_t = at::empty({cols, rows}, t.options().dtype(fp8));
-  q.inv_scale = fp8_history_inv_scale(h);
-  o.history = row;
-  o.data = q.data.data_ptr();
-  o.data_t = q.data_t.data_ptr();
-  return q;
-}
-
 struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                             const Fp8AmaxSlot& out_amax, const Fp8AmaxSlot& da_amax, const Fp8AmaxSlot& db_amax) {
@@ -79,7 +62,7 @@ struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
     auto stream = at::cuda::getCurrentCUDAStream().stream();
     std::optional<Fp8Tensor> q;
     if (out_amax && out_amax->delayed()) {
-      q = fp8_outputs_for(out_amax, out, p.out_fp8);
+      q = fp8_delayed_outputs(out_amax, out, p.out_fp8);
       if (!kernels::swiglu_fp8_ok(p, /*backward=*/false)) q.reset();
     }
     if (q) {
@@ -115,7 +98,7 @@ struct SiluMulKernel : torch::autograd::Function<SiluMulKernel> {
     if (da_amax && db_amax && da_amax->delayed() && db_amax->delayed()) {
       auto fp = p;
       fp.da = fp.db = nullptr;  // W1 and W3 read only the FP8 forms: da and db are handed on unwritten
-      auto qa = fp8_outputs_for(da_amax, da, fp.da_fp8), qb = fp8_outputs_for(db_amax, db, fp.db_fp8);
+      auto qa = fp8_delayed_outputs(da_amax, da, fp.da_fp8), qb = fp8_delayed_outputs(db_amax, db, fp.db_fp8);
       if (kernels::swiglu_fp8_ok(fp, /*backward=*/true)) {
         kernels::run_swiglu_bwd_fp8(fp, stream);
         da_amax->record_quantized(da, std::move(qa));
