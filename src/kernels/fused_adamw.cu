@@ -2,10 +2,10 @@
 // Memory-bound: per element it reads p, g, m, v (16 B) and writes p, m, v (+ the bf16 copy): 28 or
 // 30 B. Each block takes one chunk of one tensor; blocks find their tensor by scanning the ≤32 sizes.
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_delayed.cuh"
 #include "kernels/fp8_scale.h"
 #include "kernels/fused_adamw_params.h"
 
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
   Fp8History* fh = w16 ? t.fp8_history[i] : nullptr;
   uint8_t* q8 = fh ? static_cast<uint8_t*>(t.param_fp8[i]) : nullptr;
   const float fs = fh ? fh->scale : 0.f;
-  const auto ff = fh && static_cast<Fp8Format>(fh->format) == Fp8Format::kE5M2 ? __NV_E5M2 : __NV_E4M3;
+  const auto ff = fh ? static_cast<Fp8Format>(fh->format) : Fp8Format::kE4M3;
   unsigned* amax = w16 ? (fh ? &fh->amax : t.amax_bits[i]) : nullptr;
   unsigned a = 0;  // max |copy| of this thread's elements, as abs_bits
 
@@ -85,9 +85,8 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
           const float2 l = __bfloat1622float2(lo), u = __bfloat1622float2(hi);
           a = max(a, max(max(abs_bits(l.x), abs_bits(l.y)), max(abs_bits(u.x), abs_bits(u.y))));
           if (q8) {  // the copy as stored, times s: the bytes a cast of the copy with this scale writes
-            const uint32_t b0 = __nv_cvt_float2_to_fp8x2(make_float2(l.x * fs, l.y * fs), __NV_SATFINITE, ff);
-            const uint32_t b1 = __nv_cvt_float2_to_fp8x2(make_float2(u.x * fs, u.y * fs), __NV_SATFINITE, ff);
-            *reinterpret_cast<uint32_t*>(q8 + e) = b0 | (b1 << 16);
+            const float c[4] = {l.x, l.y, u.x, u.y};
+            fp8_tile::store_fp8<4>(q8 + e, c, fs, ff);
           }
         }
       }
@@ -107,7 +106,10 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
       w16[e] = __float2bfloat16_rn(pp);
       const float c = __bfloat162float(w16[e]);
       if (amax) a = max(a, abs_bits(c));
-      if (q8) q8[e] = __nv_cvt_float_to_fp8(c * fs, __NV_SATFINITE, ff);
+      if (q8) {
+        const float c1[1] = {c};
+        fp8_tile::store_fp8<1>(q8 + e, c1, fs, ff);
+      }
     }
   }
   // A stored inf or NaN: the decode factor the weight is finished with turns NaN (fp8_history.h).
