@@ -186,7 +186,7 @@ void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& w) {
                  "run AdamW per parameter as soon as its gradient is final");
     app.add_flag_callback("--optimizer-overlap", [&a] { a.optimizer_overlap = true; },
                           "run AdamW on a second CUDA stream under the backward, bucket by bucket (the default "
-                          "for fp8, where it made xl 1.02x faster on an H100; off by default for bf16, fp16 and "
+                          "for fp8, where it made xl 1.03x faster on an H100; off by default for bf16, fp16 and "
                           "fp32, where it was level or slower: docs/training_step_notes.md)");
     app.add_flag_callback("--no-optimizer-overlap", [&a] { a.optimizer_overlap = false; },
                           "run AdamW after the backward");
