@@ -16,7 +16,8 @@
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //   flash_hopper_probe bwd_compare B H S D causal [iters] [rounds]  shipped vs bwd_variants(D), alternating order (bf16)
 //   flash_hopper_probe bwd_sustain B H S D causal [seconds] [variant]   fwd+bwd, bwd, fwd each run back to back (bf16),
-//                                               mean ms; variant: one of bwd_variants(D) instead of the shipped backward
+//                                               mean ms; variant: one of bwd_variants(D) or bwd_energy_variants(D)
+//                                               instead of the shipped backward
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
 #include <cuda_bf16.h>
@@ -426,11 +427,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
             });
           }};
 }
@@ -454,6 +455,25 @@ std::vector<BwdVariant> bwd_variants(int d) {
     v.push_back(bwd_variant<128, 64, 4>("kregs4"));
   }
   return v;
+}
+
+// The shipped backward with one piece of work cut (BwdCut, flash_bwd_hopper.cuh), for bwd_sustain only: their
+// results are wrong by construction. Under the power cap a sustained run's time is its energy, so the time a cut
+// saves is that piece's share of a tile's energy (docs/flash_notes.md, "Where a tile's energy goes").
+template <int D, int kCut>
+BwdVariant bwd_cut_variant(const char* name) {
+  return bwd_variant<D, lk::hopper::bwd_block_m(D), lk::hopper::bwd_k_reg_steps(D), kCut>(name);
+}
+std::vector<BwdVariant> bwd_energy_variants(int d) {
+  using namespace lk::hopper;
+  if (d == 64)
+    return {bwd_cut_variant<64, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<64, kCutQdoLoad>("cut-load"),
+            bwd_cut_variant<64, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"), bwd_cut_variant<64, kCutDqGemm>("cut-dqgemm")};
+  if (d == 128)
+    return {bwd_cut_variant<128, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<128, kCutQdoLoad>("cut-load"),
+            bwd_cut_variant<128, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"),
+            bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm")};
+  return {};
 }
 
 // Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one
@@ -722,7 +742,8 @@ int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
   TimedBwd t = timed_bwd_setup(c);
   const lk::FlashParams& p = t.p;
   auto fwd = [&] { lk::hopper::run_fwd(p, nullptr); };
-  const std::vector<BwdVariant> vs = bwd_variants(c.d);
+  std::vector<BwdVariant> vs = bwd_variants(c.d);
+  for (const BwdVariant& v : bwd_energy_variants(c.d)) vs.push_back(v);
   const BwdVariant* var = nullptr;
   for (const BwdVariant& v : vs)
     if (variant && std::strcmp(v.name, variant) == 0) var = &v;

@@ -3,7 +3,7 @@
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one
-# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare|ab|sustain]
+# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare|ab|sustain|energy|checks]
 #   quick: variants check + issue 26's shapes; default adds the grid shapes and kernel durations;
 #   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
 #   compare: variants check, then the shipped backward against every variant in alternating order
@@ -12,7 +12,11 @@
 #   ab: a kernel change against the probe built before it (BASE, default build-probe/flash_hopper_probe_base):
 #   the forward and backward checks of the new one, then bwd_time / time of both, alternating
 #   base, new, new, base per shape, and ncu of both at the leaderboard shape; then what full adds;
-#   sustain: the same alternation timed as the product's benchmark does (bwd_sustain), clocks logged.
+#   sustain: the same alternation timed as the product's benchmark does (bwd_sustain), clocks logged;
+#   energy: sustain over the shipped backward and its cut variants (bwd_energy_variants: one piece of work
+#   removed each, results wrong by construction) at 16k x 128 and 16k x 64 causal, then what the GPU sustains
+#   with cuBLAS GEMMs and SDPA cuDNN / flash (scripts/gpu/sustained_floor.py), clocks logged throughout;
+#   checks: the forward and backward correctness suites and compute-sanitizer, nothing timed.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
 set -uo pipefail
@@ -20,6 +24,22 @@ source "$(dirname "$0")/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
+if [[ $MODE == energy ]]; then
+  MODE=sustain
+  BINS=${BINS:-"$H $H@cut-dqadd $H@cut-load $H@cut-dqadd-load $H@cut-dqgemm"}
+  SHAPES=${SHAPES:-"1 16 16384 128 1;1 16 16384 64 1"}
+  SUSTAIN_S=${SUSTAIN_S:-1.0}
+  FLOOR=1
+fi
+if [[ $MODE == checks ]]; then
+  { "$H" check; "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
+  for tool in memcheck racecheck synccheck; do
+    echo "== $tool"
+    compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
+    compute-sanitizer --tool $tool "$H" small 2>&1 | tail -3
+  done >"$OUT/sanitizer.txt" 2>&1
+  exit 0
+fi
 if [[ $MODE == sustain ]]; then
   # Probes in turn (BINS, default the base and the new one; run in the given order, then reversed), each shape's
   # fwd + bwd, bwd and fwd run back to back for SUSTAIN_S seconds (bwd_sustain), as the product's benchmark times
@@ -43,6 +63,7 @@ if [[ $MODE == sustain ]]; then
       done
     done
   } >"$OUT/sustain.txt" 2>&1
+  [[ -n ${FLOOR:-} ]] && python3 scripts/gpu/sustained_floor.py "${SUSTAIN_S:-1.5}" >"$OUT/floor.txt" 2>&1
   kill "$logger"
   exit 0
 fi

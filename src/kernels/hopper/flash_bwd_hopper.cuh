@@ -31,10 +31,17 @@
 
 namespace lmscale::kernels::hopper {
 
+// Cuts for measuring where a tile's energy goes (tools/flash_hopper_probe.cu, bwd_energy_variants; docs/flash_notes.md,
+// "Where a tile's energy goes"): each removes one piece of work, so every result is wrong with a cut set. The shipped
+// kernels have none. kCutDqAdd: the writer adds nothing into dq_accum (no L2 reduce traffic); kCutQdoLoad: Q and dO
+// are loaded for the first kStages tiles only, later tiles reuse the slots' old bytes (no L2 -> shared memory
+// traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging).
+enum BwdCut : int { kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4 };
+
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers].
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0>
+// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -56,6 +63,7 @@ struct BwdConfig {
   // S^T = K Q^T run as RS wgmmas, reading only Q from shared memory. 0: K from shared memory.
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
+  static constexpr int kCut = kCut_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -209,6 +217,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
         const int s = it % kStages;
         mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
+        if ((C::kCut & kCutQdoLoad) && it >= kStages) {
+          mbar_arrive(&q_full[s]);
+          continue;
+        }
         mbar_arrive_expect_tx(&q_full[s], 2 * C::kQBytes);
         for (int c = 0; c < kChunks; ++c) {
           tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, m * kBlockM, h, b);
@@ -287,7 +299,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           if (lane == 0) {
             const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
-            for (int c = 0; c < chunks; ++c) {
+            for (int c = 0; c < (C::kCut & kCutDqAdd ? 0 : chunks); ++c) {
               const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
               if (store)
                 tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
@@ -537,7 +549,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
 
     float acc_dq[C::kDqN / 2];
     wgmma_fence();
-    issue_dq(acc_dq, buf);
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();
@@ -546,7 +558,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dv);
     fence_regs(p_frag);
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
-    stage_dq(acc_dq);
+    if constexpr (!(C::kCut & kCutDqGemm)) stage_dq(acc_dq);
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
     wgmma_wait<0>();
