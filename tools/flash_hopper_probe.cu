@@ -468,11 +468,15 @@ std::vector<BwdVariant> bwd_energy_variants(int d) {
   using namespace lk::hopper;
   if (d == 64)
     return {bwd_cut_variant<64, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<64, kCutQdoLoad>("cut-load"),
-            bwd_cut_variant<64, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"), bwd_cut_variant<64, kCutDqGemm>("cut-dqgemm")};
+            bwd_cut_variant<64, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"), bwd_cut_variant<64, kCutDqGemm>("cut-dqgemm"),
+            bwd_cut_variant<64, kCutSoftmax>("cut-softmax"), bwd_cut_variant<64, kCutDsStore>("cut-dsstore"),
+            bwd_cut_variant<64, kCutDqStage>("cut-dqstage"), bwd_cut_variant<64, kCutAllButGemms>("gemms-only")};
   if (d == 128)
     return {bwd_cut_variant<128, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<128, kCutQdoLoad>("cut-load"),
             bwd_cut_variant<128, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"),
-            bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm")};
+            bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm"), bwd_cut_variant<128, kCutSoftmax>("cut-softmax"),
+            bwd_cut_variant<128, kCutDsStore>("cut-dsstore"), bwd_cut_variant<128, kCutDqStage>("cut-dqstage"),
+            bwd_cut_variant<128, kCutAllButGemms>("gemms-only")};
   return {};
 }
 

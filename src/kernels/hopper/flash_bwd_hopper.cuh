@@ -35,8 +35,14 @@ namespace lmscale::kernels::hopper {
 // "Where a tile's energy goes"): each removes one piece of work, so every result is wrong with a cut set. The shipped
 // kernels have none. kCutDqAdd: the writer adds nothing into dq_accum (no L2 reduce traffic); kCutQdoLoad: Q and dO
 // are loaded for the first kStages tiles only, later tiles reuse the slots' old bytes (no L2 -> shared memory
-// traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging).
-enum BwdCut : int { kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4 };
+// traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging);
+// kCutSoftmax: no exp2 and no dS arithmetic (P^T and dS^T are S^T and dP^T as computed); kCutDsStore: no dS stores
+// (dQ reads the buffer's old bytes); kCutDqStage: no staging stores (the dQ wgmma still runs). kCutAllButGemms
+// leaves the five GEMMs of a tile and the barriers: the energy floor of this structure.
+enum BwdCut : int {
+  kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4, kCutSoftmax = 8, kCutDsStore = 16, kCutDqStage = 32,
+  kCutAllButGemms = kCutDqAdd | kCutQdoLoad | kCutSoftmax | kCutDsStore | kCutDqStage
+};
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
@@ -512,7 +518,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         }
       }
     };
-    if (masked)
+    if (C::kCut & kCutSoftmax) {
+    } else if (masked)
       softmax(std::true_type{});
     else
       softmax(std::false_type{});
@@ -524,7 +531,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     for (int i = 0; i < kBlockM / 8; ++i) {
       const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < (C::kCut & kCutSoftmax ? 0 : 2); ++r) {
         dp_acc[4 * i + 2 * r] = s_acc[4 * i + 2 * r] * (dp_acc[4 * i + 2 * r] - dsum.x);
         dp_acc[4 * i + 2 * r + 1] = s_acc[4 * i + 2 * r + 1] * (dp_acc[4 * i + 2 * r + 1] - dsum.y);
       }
@@ -536,7 +543,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
+    if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
     named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
     if constexpr (C::kKInRegs) {
@@ -558,7 +565,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dv);
     fence_regs(p_frag);
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
-    if constexpr (!(C::kCut & kCutDqGemm)) stage_dq(acc_dq);
+    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) stage_dq(acc_dq);
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
     wgmma_wait<0>();
