@@ -476,7 +476,9 @@ std::vector<BwdVariant> bwd_energy_variants(int d) {
             bwd_cut_variant<128, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"),
             bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm"), bwd_cut_variant<128, kCutSoftmax>("cut-softmax"),
             bwd_cut_variant<128, kCutDsStore>("cut-dsstore"), bwd_cut_variant<128, kCutDqStage>("cut-dqstage"),
-            bwd_cut_variant<128, kCutAllButGemms>("gemms-only")};
+            bwd_cut_variant<128, kCutAllButGemms>("gemms-only"),
+            // With K's 5 k-steps in registers, ptxas serialises gemms-only's wgmmas (registers): K in shared memory.
+            bwd_variant<128, 64, 0, kCutAllButGemms>("gemms-only-ksmem")};
   return {};
 }
 

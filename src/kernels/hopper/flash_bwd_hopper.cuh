@@ -38,7 +38,7 @@ namespace lmscale::kernels::hopper {
 // traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging);
 // kCutSoftmax: no exp2 and no dS arithmetic (P^T and dS^T are S^T and dP^T as computed); kCutDsStore: no dS stores
 // (dQ reads the buffer's old bytes); kCutDqStage: no staging stores (the dQ wgmma still runs). kCutAllButGemms
-// leaves the five GEMMs of a tile and the barriers: the energy floor of this structure.
+// leaves the five GEMMs of a tile and the barriers: the floor of this structure.
 enum BwdCut : int {
   kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4, kCutSoftmax = 8, kCutDsStore = 16, kCutDqStage = 32,
   kCutAllButGemms = kCutDqAdd | kCutQdoLoad | kCutSoftmax | kCutDsStore | kCutDqStage
@@ -565,7 +565,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dv);
     fence_regs(p_frag);
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
-    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) stage_dq(acc_dq);
+    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
+      stage_dq(acc_dq);
+    } else if constexpr (!(C::kCut & kCutDqGemm)) {
+      // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
+      // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < C::kDqN / 2; ++i) sum += acc_dq[i];
+      if (p.seqlen_q < 0) *reinterpret_cast<float*>(smem + C::kOffDQ) = sum;
+    }
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
     wgmma_wait<0>();
