@@ -427,13 +427,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone, bool kDqRed = false>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
-            lk::FlashParams q = p;
-            if (kDqRed) q.dq_tile_ticket = nullptr, q.dq_semaphore = nullptr;  // zeroed dq_accum, every block adds
-            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(q, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kDqRed, kCut>>(pp, st);
+            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
             });
           }};
 }
@@ -448,10 +446,6 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
-  // Note [dQ by vector reductions]: dQ from the consumers' registers, no staging.
-  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, true>("dqred"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true>("dqred"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, true>("dqred"));
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.
@@ -476,13 +470,15 @@ std::vector<BwdVariant> bwd_energy_variants(int d) {
     return {bwd_cut_variant<64, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<64, kCutQdoLoad>("cut-load"),
             bwd_cut_variant<64, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"), bwd_cut_variant<64, kCutDqGemm>("cut-dqgemm"),
             bwd_cut_variant<64, kCutSoftmax>("cut-softmax"), bwd_cut_variant<64, kCutDsStore>("cut-dsstore"),
-            bwd_cut_variant<64, kCutDqStage>("cut-dqstage"), bwd_cut_variant<64, kCutAllButGemms>("gemms-only")};
+            bwd_cut_variant<64, kCutDqStage>("cut-dqstage"), bwd_cut_variant<64, kCutAllButGemms>("gemms-only"),
+            bwd_cut_variant<64, kCutDsBarrier>("cut-dsbar"), bwd_cut_variant<64, kCutDsBarrier | kCutDqStage>("cut-dsbar-dqstage")};
   if (d == 128)
     return {bwd_cut_variant<128, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<128, kCutQdoLoad>("cut-load"),
             bwd_cut_variant<128, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"),
             bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm"), bwd_cut_variant<128, kCutSoftmax>("cut-softmax"),
             bwd_cut_variant<128, kCutDsStore>("cut-dsstore"), bwd_cut_variant<128, kCutDqStage>("cut-dqstage"),
-            bwd_cut_variant<128, kCutAllButGemms>("gemms-only"),
+            bwd_cut_variant<128, kCutAllButGemms>("gemms-only"), bwd_cut_variant<128, kCutDsBarrier>("cut-dsbar"),
+            bwd_cut_variant<128, kCutDsBarrier | kCutDqStage>("cut-dsbar-dqstage"),
             // With K's 5 k-steps in registers, ptxas serialises gemms-only's wgmmas (registers): K in shared memory.
             bwd_variant<128, 64, 0, kCutAllButGemms>("gemms-only-ksmem")};
   return {};

@@ -38,16 +38,18 @@ namespace lmscale::kernels::hopper {
 // traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging);
 // kCutSoftmax: no exp2 and no dS arithmetic (P^T and dS^T are S^T and dP^T as computed); kCutDsStore: no dS stores
 // (dQ reads the buffer's old bytes); kCutDqStage: no staging stores (the dQ wgmma still runs). kCutAllButGemms
-// leaves the five GEMMs of a tile and the barriers: the floor of this structure.
+// leaves the five GEMMs of a tile and the barriers: the floor of this structure. kCutDsBarrier: the groups do not
+// meet at the dS barrier (dQ may read the other group's dS before it is written): what phase-locking costs.
 enum BwdCut : int {
   kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4, kCutSoftmax = 8, kCutDsStore = 16, kCutDqStage = 32,
+  kCutDsBarrier = 64,
   kCutAllButGemms = kCutDqAdd | kCutQdoLoad | kCutSoftmax | kCutDsStore | kCutDqStage
 };
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kDqRed_ = false, int kCut_ = kCutNone>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -70,10 +72,6 @@ struct BwdConfig {
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kCut = kCut_;
-  // Note [dQ by vector reductions]. The consumers add their dQ fragments into dq_accum straight from registers
-  // (red.global.add.v2.f32) instead of staging them for the writer's TMA reduce; dq_accum must be zeroed
-  // (no first store). The staging stays allocated, so the stage count is the same as without.
-  static constexpr bool kDqRed = kDqRed_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -265,7 +263,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         mbar_arrive(&q_full[s]);
         if (m + 1 < m_tiles) fetch(m + 1);
       }
-    } else if (warp == 2 && !C::kDqRed) {
+    } else if (warp == 2) {
       // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
       // have read it, it is free again (not after the last tile: nobody waits for that).
       if (lane == 0) tma_prefetch_map(&maps.dq_accum);
@@ -447,23 +445,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
   };
 
-  // Note [dQ by vector reductions]: this group's dQ fragments of the tile at query m0 added into dq_accum, two
-  // columns per reduction; rows past the end and columns past what the group adds are dropped.
-  auto red_dq = [&](const float(&acc)[C::kDqN / 2], int m0) {
-    const int n_add = dq_cols_added(wg);
-    float* g = p.dq_accum + (static_cast<int64_t>(bh) * p.seqlen_q + m0 + dq_row0(wg)) * D + dq_col0(wg);
-#pragma unroll
-    for (int i = 0; i < C::kDqN / 8; ++i) {
-      if (8 * i >= n_add) continue;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = warp * 16 + lane / 4 + 8 * hr;
-        if (m0 + dq_row0(wg) + row < p.seqlen_q)
-          red_add_v2_f32(g + row * D + 8 * i + col_in_tile, acc[4 * i + 2 * hr], acc[4 * i + 2 * hr + 1]);
-      }
-    }
-  };
-
   // Note [K in registers]. At d = 128 the consumers read ~256 KB of wgmma operands from shared memory per
   // 64-query tile (S^T, dP^T and dQ SS, dV and dK RS), and the sustained backward runs under the power cap
   // (docs/flash_notes.md), so fewer shared-memory bytes per FLOP should mean higher clocks. K's 64 rows of a
@@ -495,6 +476,24 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       ldmatrix_x4(row_addr + c * kBlockN * kSwB + ((unit ^ r) * 16), k_frag[kk]);
     }
   }
+  // This group's dQ of the last tile issued, handed to the writer (Note [dQ by TMA reduce]): wait until the writer
+  // has freed the staging, stage, make the stores visible to TMA, tell the writer.
+  float acc_dq[C::kDqN / 2];
+  auto hand_over_dq = [&] {
+    named_sync(kBarDqEmpty + wg, kDqBarThreads);
+    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
+      stage_dq(acc_dq);
+    } else if constexpr (!(C::kCut & kCutDqGemm)) {
+      // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
+      // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < C::kDqN / 2; ++i) sum += acc_dq[i];
+      if (p.seqlen_q < 0) *reinterpret_cast<float*>(smem + C::kOffDQ) = sum;
+    }
+    fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
+    named_arrive(kBarDqFull + wg, kDqBarThreads);
+  };
 #pragma unroll 1
   for (int it = 0; it < m_tiles - m_first; ++it) {
     const int s = it % kStages, buf = it & 1;
@@ -566,7 +565,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_commit();
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+    if constexpr (!(C::kCut & kCutDsBarrier)) named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
     if constexpr (C::kKInRegs) {
       // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
       // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
@@ -575,7 +574,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       fence_regs(p_frag);
     }
 
-    float acc_dq[C::kDqN / 2];
     wgmma_fence();
     if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
     wgmma_commit();
@@ -585,23 +583,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dq);
     fence_regs(acc_dv);
     fence_regs(p_frag);
-    if constexpr (C::kDqRed) {
-      red_dq(acc_dq, m0);
-    } else {
-    named_sync(kBarDqEmpty + wg, kDqBarThreads);
-    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      stage_dq(acc_dq);
-    } else if constexpr (!(C::kCut & kCutDqGemm)) {
-      // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
-      // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < C::kDqN / 2; ++i) sum += acc_dq[i];
-      if (p.seqlen_q < 0) *reinterpret_cast<float*>(smem + C::kOffDQ) = sum;
-    }
-    fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
-    named_arrive(kBarDqFull + wg, kDqBarThreads);
-    }
+    hand_over_dq();
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);
