@@ -320,7 +320,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 // ----------------------------------------------------------------------------- dQ convert
 
 // dq = dq_accum * scale in the input dtype; one thread per 8 elements (16-byte stores).
-template <typename T, int D>
+// kPairsSplit: each 8-column group of dq_accum holds columns 0 2 4 6 1 3 5 7 (the Hopper backward's stmatrix staging,
+// Note [dQ pairs split] in hopper/flash_bwd_hopper.cuh).
+template <typename T, int D, bool kPairsSplit = false>
 __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   constexpr int kChunksPerRow = D / 8;
@@ -331,7 +333,12 @@ __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   const int row = static_cast<int>(flat_row % p.seqlen_q);
   const int bh = static_cast<int>(flat_row / p.seqlen_q), b = bh / p.heads, h = bh % p.heads;
   const float* src = p.dq_accum + flat_row * D + c;
-  const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  if constexpr (kPairsSplit) {  // back to columns 0 1 2 3 | 4 5 6 7
+    const float4 evens = x0, odds = x1;
+    x0 = make_float4(evens.x, odds.x, evens.y, odds.y);
+    x1 = make_float4(evens.z, odds.z, evens.w, odds.w);
+  }
   uint4 out;
   out.x = Elem<T>::pack(x0.x * p.scale, x0.y * p.scale);
   out.y = Elem<T>::pack(x0.z * p.scale, x0.w * p.scale);

@@ -49,7 +49,7 @@ enum BwdCut : int {
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kStmDq_ = false, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -72,6 +72,10 @@ struct BwdConfig {
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kCut = kCut_;
+  // Note [dQ pairs split]: the dQ staging written by stmatrix (4 bytes per thread and 8 x 8 tile: half the store
+  // instructions of float2 stores), which puts each 8-column group of dq_accum in the order 0 2 4 6 1 3 5 7; the
+  // conversion (run_bwd_steps) puts it back.
+  static constexpr bool kStmDq = kStmDq_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -445,6 +449,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
   };
 
+  // Note [dQ pairs split]: stage_dq by stmatrix. Tile j = 2 hr + e of an x4 holds rows +8 hr and pair element e
+  // (the fragment's acc[4 i + 2 hr + e]); lane 4 r + c's value, column 8 i + 2 c + e, lands at float 4 e + c of its
+  // 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row.
+  auto stage_dq_stm = [&](const float(&acc)[C::kDqN / 2]) {
+    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
+    const int n_add = dq_cols_added(wg);
+    const int j = lane / 8, r = lane % 8;  // this lane gives the address of row r of tile j
+    const uint32_t row_base = smem_addr(stage) + (warp * 16 + 8 * (j / 2) + r) * 128;
+#pragma unroll
+    for (int i = 0; i < C::kDqN / 8; ++i) {
+      if (8 * i >= n_add) continue;
+      const int chunk = (8 * i) / C::kDqChunkCols, unit = ((8 * i) % C::kDqChunkCols) / 4 + j % 2;
+      stmatrix_x4(row_base + chunk * C::kDqChunkBytes + ((unit ^ r) * 16), __float_as_uint(acc[4 * i]),
+                  __float_as_uint(acc[4 * i + 1]), __float_as_uint(acc[4 * i + 2]), __float_as_uint(acc[4 * i + 3]));
+    }
+  };
+
   // Note [K in registers]. At d = 128 the consumers read ~256 KB of wgmma operands from shared memory per
   // 64-query tile (S^T, dP^T and dQ SS, dV and dK RS), and the sustained backward runs under the power cap
   // (docs/flash_notes.md), so fewer shared-memory bytes per FLOP should mean higher clocks. K's 64 rows of a
@@ -482,7 +503,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   auto hand_over_dq = [&] {
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
     if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      stage_dq(acc_dq);
+      if constexpr (C::kStmDq)
+        stage_dq_stm(acc_dq);
+      else
+        stage_dq(acc_dq);
     } else if constexpr (!(C::kCut & kCutDqGemm)) {
       // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
       // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).

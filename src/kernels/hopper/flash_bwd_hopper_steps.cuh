@@ -16,7 +16,8 @@
 namespace lmscale::kernels::hopper {
 
 // `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant).
-template <typename T, int D, typename MainKernel>
+// kDqPairsSplit: the main kernel leaves dq_accum's 8-column groups in the order of Note [dQ pairs split].
+template <typename T, int D, bool kDqPairsSplit = false, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
   const int batch_heads = p.batch * p.heads;
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
@@ -25,7 +26,7 @@ void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_
   main_kernel(p, stream);
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
   constexpr int kConvThreads = 256;
-  flash::flash_bwd_convert_dq_kernel<T, D>
+  flash::flash_bwd_convert_dq_kernel<T, D, kDqPairsSplit>
       <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
 }
