@@ -427,7 +427,8 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone, bool kStmDq = false>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone,
+          bool kStmDq = lk::hopper::bwd_dq_pairs_split(D)>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D, kStmDq>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
@@ -446,10 +447,13 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
-  // Note [dQ pairs split]: the dQ staging by stmatrix.
-  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, true>("stmdq"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true>("stmdq"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, true>("stmdq"));
+  // Note [dQ pairs split] is shipped; "f2dq": the dQ staging by float2 stores, the kernel before backward v5.4.
+  static_assert(lk::hopper::bwd_dq_pairs_split(64) && lk::hopper::bwd_dq_pairs_split(80) &&
+                    lk::hopper::bwd_dq_pairs_split(128),
+                "f2dq below assumes the stmatrix staging shipped");
+  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, false>("f2dq"));
+  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, false>("f2dq"));
+  if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, false>("f2dq"));
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.

@@ -48,7 +48,8 @@ enum BwdCut : int {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
+// BwdShipped below. kKRegSteps_: Note [K in registers]. kStmDq_: Note [dQ pairs split]. kCut_: BwdCut bits
+// (measurement only).
 template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kStmDq_ = false, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
@@ -74,7 +75,7 @@ struct BwdConfig {
   static constexpr int kCut = kCut_;
   // Note [dQ pairs split]: the dQ staging written by stmatrix (4 bytes per thread and 8 x 8 tile: half the store
   // instructions of float2 stores), which puts each 8-column group of dq_accum in the order 0 2 4 6 1 3 5 7; the
-  // conversion (run_bwd_steps) puts it back.
+  // conversion (run_bwd_steps) puts it back. Shipped at every head dim (bwd_dq_pairs_split, flash_hopper_tiles.h).
   static constexpr bool kStmDq = kStmDq_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
@@ -131,7 +132,7 @@ struct BwdConfig {
 
 // The shipped tile per head dim: bwd_block_m of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D)>;
+using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D), bwd_dq_pairs_split(D)>;
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;

@@ -12,6 +12,7 @@
 #include "kernels/flash_bwd_kernel.cuh"
 #include "kernels/flash_head_dims.h"
 #include "kernels/hopper/flash_hopper.h"
+#include "kernels/hopper/flash_hopper_tiles.h"  // bwd_dq_pairs_split
 
 namespace lmscale::kernels::hopper {
 
@@ -36,7 +37,10 @@ template <typename T>
 void run_bwd_all_steps(const FlashParams& p, cudaStream_t stream) {
   auto main_kernel = [](const FlashParams& q, cudaStream_t s) { run_bwd(q, s); };
   with_head_dim_or_throw(HopperHeadDims{}, p.head_dim, "run_flash_bwd (hopper)", "Hopper",
-                         [&](auto d) { run_bwd_steps<T, decltype(d)::value>(p, stream, main_kernel); });
+                         [&](auto d) {
+                           constexpr int D = decltype(d)::value;
+                           run_bwd_steps<T, D, bwd_dq_pairs_split(D)>(p, stream, main_kernel);
+                         });
 }
 
 }  // namespace lmscale::kernels::hopper
