@@ -5,7 +5,7 @@
 # and issue 26's shapes, the xl training-step profile at context 512, and SDPA's timings of the xl
 # attention shape for the same comparison. Stages are cut off at their own limits and packed into
 # OUT/attention_check.tgz after each, so a time limit loses only the stage it stopped.
-#   scripts/gpu/attention_check.sh OUT        (carry .deps)
+#   scripts/gpu/attention_check.sh OUT        (carry .deps; or carry prebuilt/ to skip the build: timed_stages.sh)
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/lmscale-build}
@@ -19,7 +19,13 @@ TARBALL=attention_check.tgz
 source "$(dirname "$0")/timed_stages.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 echo "commit ${LMSCALE_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)}" >>"$RES/nvidia-smi.txt"
-stage build "${BUILD_S:-420}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
+if prebuilt_loads >"$RES/prebuilt.log" 2>&1; then  # timed_stages.sh: binaries built elsewhere, no build
+  echo "prebuilt binaries load: no build" | tee -a "$OUT/summary.txt"
+  BIN=$LMSCALE_BUILD_DIR/lmscale
+else
+  unset LMSCALE_PYTHONPATH
+  stage build "${BUILD_S:-420}" "$ROOT/lmscale" build || { tail -40 "$RES/build.log"; exit 1; }
+fi
 stage gpu-tests "${GPU_TESTS_S:-120}" "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_filter='*Flash*:*Hopper*:*KernelSupport*'
 stage leaderboard "${LB_S:-60}" "$BIN" bench attention --leaderboard --impl lmscale-flash,sdpa-flash,sdpa-cudnn --out leaderboard
 stage shapes "${SHAPES_S:-120}" bash -c "

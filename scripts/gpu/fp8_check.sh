@@ -40,15 +40,6 @@ if [[ -d $ROOT/.whl ]]; then  # torchao, pinned, for the torch-float8 baselines 
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 log_clocks "$RES/clocks.csv"
-prebuilt_loads() {
-  [[ -x $ROOT/prebuilt/lmscale ]] || return 1
-  local site
-  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') || return 1
-  local libs=("$site/torch/lib" "$site"/nvidia/*/lib "$ROOT/prebuilt")
-  export LD_LIBRARY_PATH=$(IFS=:; echo "${libs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LMSCALE_BUILD_DIR=$ROOT/prebuilt LMSCALE_PYTHONPATH=$ROOT/python
-  "$ROOT/prebuilt/lmscale" --version
-}
 if prebuilt_loads >"$RES/prebuilt.log" 2>&1; then
   echo "prebuilt binaries load: no build" | tee -a "$OUT/summary.txt"
   BIN=$LMSCALE_BUILD_DIR/lmscale

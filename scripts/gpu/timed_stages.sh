@@ -22,3 +22,15 @@ log_clocks() {
   nvidia-smi --query-gpu=$fields --format=csv -lms "${2:-200}" >"$1" 2>&1 &
   trap "kill $! 2>/dev/null" EXIT
 }
+# prebuilt_loads: with ROOT/prebuilt (lmscale, liblmscale.so and a test binary built elsewhere against the same
+# torch and CUDA, sm_90) on the library path, point LMSCALE_BUILD_DIR at it and check that it loads, so a call can
+# skip the build (a GPU machine goes back 30 s after a call; a cold build takes minutes of it).
+prebuilt_loads() {
+  [[ -x $ROOT/prebuilt/lmscale ]] || return 1
+  local site
+  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') || return 1
+  local libs=("$site/torch/lib" "$site"/nvidia/*/lib "$ROOT/prebuilt")
+  export LD_LIBRARY_PATH=$(IFS=:; echo "${libs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LMSCALE_BUILD_DIR=$ROOT/prebuilt LMSCALE_PYTHONPATH=$ROOT/python
+  "$ROOT/prebuilt/lmscale" --version
+}
