@@ -23,6 +23,14 @@ set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
+# compute-sanitizer's memcheck, racecheck and synccheck on one small backward and forward per kernel.
+sanitize() {
+  for tool in memcheck racecheck synccheck; do
+    echo "== $tool"
+    compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
+    compute-sanitizer --tool $tool "$H" small 2>&1 | tail -3
+  done >"$OUT/sanitizer.txt" 2>&1
+}
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
 if [[ $MODE == energy ]]; then
   MODE=sustain
@@ -33,11 +41,7 @@ if [[ $MODE == energy ]]; then
 fi
 if [[ $MODE == checks ]]; then
   { "$H" check; "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
-  for tool in memcheck racecheck synccheck; do
-    echo "== $tool"
-    compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
-    compute-sanitizer --tool $tool "$H" small 2>&1 | tail -3
-  done >"$OUT/sanitizer.txt" 2>&1
+  sanitize
   exit 0
 fi
 if [[ $MODE == sustain ]]; then
@@ -85,11 +89,7 @@ if [[ $MODE == ab ]]; then
     ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
       "$bin" bwd_compare 1 16 16384 64 1 1 1 2>&1 | grep -E "^  void|gpu__time|inst_exec|hmma"
   done >"$OUT/ncu.txt" 2>&1
-  for tool in memcheck racecheck synccheck; do
-    echo "== $tool"
-    compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
-    compute-sanitizer --tool $tool "$H" small 2>&1 | tail -3
-  done >"$OUT/sanitizer.txt" 2>&1
+  sanitize
   exit 0
 fi
 if [[ $MODE == compare ]]; then
@@ -123,7 +123,4 @@ fi
 [[ $MODE == full ]] || exit 0
 python3 scripts/gpu/sdpa_attention_time.py >"$OUT/sdpa.txt" 2>&1
 { "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
-for tool in memcheck racecheck synccheck; do
-  echo "== $tool"
-  compute-sanitizer --tool $tool "$H" bwd_small 2>&1 | tail -3
-done >"$OUT/sanitizer.txt" 2>&1
+sanitize

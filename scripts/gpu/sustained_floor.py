@@ -10,8 +10,9 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
+
+from sdpa_cases import causal_fwd_flop, sdpa_cases
 
 
 def sustained_ms(fn, seconds):
@@ -46,26 +47,17 @@ def gemms(seconds):
 
 
 def attention(shapes, seconds):
-    for b, h, n, d in shapes:
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        flop = 4 * b * h * n * n * d / 2  # causal forward, FlashAttention convention; backward = 2.5x
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            try:
-                with sdpa_kernel(backend):
-                    def fwd():
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-                    def fwd_bwd():
-                        fwd().sum().backward()
-
-                    t_fb = sustained_ms(fwd_bwd, seconds)
-                    with torch.no_grad():
-                        t_f = sustained_ms(fwd, seconds)
-                print(f"sdpa {name:5s} b={b} h={h} s={n} d={d} causal=1 {time.strftime('%T')}  fwd+bwd {t_fb:.3f} ms "
-                      f"({3.5 * flop / t_fb / 1e9:.0f} TFLOP/s)  fwd {t_f:.3f} ms ({flop / t_f / 1e9:.0f})", flush=True)
-            except RuntimeError as e:  # a backend that does not serve the shape says so and the rest go on
-                print(f"sdpa {name} b={b} h={h} s={n} d={d}: {e}", flush=True)
-        del q, k, v
+    for b, h, n, d, name, backend, fwd, fwd_bwd in sdpa_cases(shapes):
+        flop = causal_fwd_flop(b, h, n, d)
+        try:
+            with sdpa_kernel(backend):
+                t_fb = sustained_ms(fwd_bwd, seconds)
+                with torch.no_grad():
+                    t_f = sustained_ms(fwd, seconds)
+            print(f"sdpa {name:5s} b={b} h={h} s={n} d={d} causal=1 {time.strftime('%T')}  fwd+bwd {t_fb:.3f} ms "
+                  f"({3.5 * flop / t_fb / 1e9:.0f} TFLOP/s)  fwd {t_f:.3f} ms ({flop / t_f / 1e9:.0f})", flush=True)
+        except RuntimeError as e:  # a backend that does not serve the shape says so and the rest go on
+            print(f"sdpa {name} b={b} h={h} s={n} d={d}: {e}", flush=True)
 
 
 def main():
