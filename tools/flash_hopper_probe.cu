@@ -428,11 +428,11 @@ struct BwdVariant {
   void (*fn)(const lk::FlashParams&);
 };
 template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone,
-          bool kStmDq = lk::hopper::bwd_dq_pairs_split(D)>
+          bool kStmDq = lk::hopper::bwd_dq_pairs_split(D), bool kDeferDq = false>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D, kStmDq>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kStmDq, kCut>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kStmDq, kDeferDq, kCut>>(pp, st);
             });
           }};
 }
@@ -454,6 +454,13 @@ std::vector<BwdVariant> bwd_variants(int d) {
   if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, false>("f2dq"));
   if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, false>("f2dq"));
   if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, false>("f2dq"));
+  // Note [deferred dQ]: a tile's dQ issued in the next tile, the dS buffers handed over by mbarriers.
+  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, true, true>("dqdefer"));
+  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true, true>("dqdefer"));
+  if (d == 128) {
+    v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, true, true>("dqdefer"));
+    v.push_back(bwd_variant<128, 64, 0, lk::hopper::kCutNone, true, true>("dqdefer-ksmem"));
+  }
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.

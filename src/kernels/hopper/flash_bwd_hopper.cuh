@@ -50,7 +50,8 @@ enum BwdCut : int {
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kStmDq_: Note [dQ pairs split]. kCut_: BwdCut bits
 // (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kStmDq_ = false, int kCut_ = kCutNone>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kStmDq_ = false, bool kDeferDq_ = false,
+          int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -77,6 +78,10 @@ struct BwdConfig {
   // instructions of float2 stores), which puts each 8-column group of dq_accum in the order 0 2 4 6 1 3 5 7; the
   // conversion (run_bwd_steps) puts it back. Shipped at every head dim (bwd_dq_pairs_split, flash_hopper_tiles.h).
   static constexpr bool kStmDq = kStmDq_;
+  // Note [deferred dQ]: a tile's dQ is issued in the next tile (after its dV), so no group waits for the other's dS
+  // of the tile it is on; the dS buffers are handed between the groups by mbarriers (full: both groups' dS stored;
+  // empty: both groups' dQ read it) instead of the groups' named barrier, and the groups need not run in step.
+  static constexpr bool kDeferDq = kDeferDq_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -120,7 +125,7 @@ struct BwdConfig {
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages + (kDeferDq ? 4 : 0)) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
   static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
   static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
@@ -185,6 +190,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
+  uint64_t* ds_full = q_empty + kStages;  // Note [deferred dQ]: per dS buffer
+  uint64_t* ds_empty = ds_full + 2;
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -208,6 +215,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&q_full[s], 1 + 32);
       mbar_init(&q_empty[s], 128 * C::kConsumers);
+    }
+    for (int b = 0; b < (C::kDeferDq ? 2 : 0); ++b) {
+      mbar_init(&ds_full[b], 128 * C::kConsumers);
+      mbar_init(&ds_empty[b], 128 * C::kConsumers);
     }
     mbar_init_fence();
   }
@@ -404,10 +415,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   };
   // dQ columns [col0, col0 + kDqN) of this group's 64 query rows = dS (those rows x 128 keys: both groups'
   // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
+  // buf < 0 (Note [deferred dQ]): a dummy dQ whose A operand is K's bytes, which nothing writes during the loop.
   auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf) {
     constexpr int N = C::kDqN;
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
-    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
+    const uint32_t ds_buf =
+        (buf < 0 ? smem_addr(sK) : smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes)) + dq_row0(wg) * 128;
     const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
     const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
 #pragma unroll
@@ -588,9 +601,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
+    // Note [deferred dQ]: both groups' dQ of tile it - 2 have read this buffer.
+    if (C::kDeferDq && it >= 2) mbar_wait(&ds_empty[buf], ((it / 2) & 1) ^ 1);
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    if constexpr (!(C::kCut & kCutDsBarrier)) named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+    if constexpr (C::kDeferDq)
+      mbar_arrive(&ds_full[buf]);
+    else if constexpr (!(C::kCut & kCutDsBarrier))
+      named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
     if constexpr (C::kKInRegs) {
       // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
       // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
@@ -599,8 +617,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       fence_regs(p_frag);
     }
 
+    // Note [deferred dQ]: this tile's dQ waits for the next tile; the previous tile's is issued here.
+    const int dq_buf = !C::kDeferDq ? buf : it > 0 ? buf ^ 1 : -1;
+    const bool dq_now = !C::kDeferDq || it > 0;
+    if (C::kDeferDq && dq_now) mbar_wait(&ds_full[dq_buf], ((it - 1) / 2) & 1);
     wgmma_fence();
-    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
+    // Issued on every tile, also the first (a dummy on K's bytes, dropped): ptxas serialises wgmmas behind a branch.
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, dq_buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();
@@ -608,11 +631,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dq);
     fence_regs(acc_dv);
     fence_regs(p_frag);
-    hand_over_dq();
+    if (C::kDeferDq && dq_now) mbar_arrive(&ds_empty[dq_buf]);
+    if (dq_now) hand_over_dq();
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);
     mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
+  }
+  if constexpr (C::kDeferDq) {  // Note [deferred dQ]: the last tile's dQ (issued even without tiles: no branch)
+    const int last = m_tiles - m_first - 1;
+    if (last >= 0) mbar_wait(&ds_full[last & 1], (last / 2) & 1);
+    wgmma_fence();
+    issue_dq(acc_dq, last >= 0 ? last & 1 : -1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc_dq);
+    if (last >= 0) hand_over_dq();
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
