@@ -427,12 +427,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone,
-          bool kStmDq = lk::hopper::bwd_dq_pairs_split(D), bool kDeferDq = false>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
-            lk::hopper::run_bwd_steps<__nv_bfloat16, D, kStmDq>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kStmDq, kDeferDq, kCut>>(pp, st);
+            lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
             });
           }};
 }
@@ -447,20 +446,6 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
-  // Note [dQ pairs split] is shipped; "f2dq": the dQ staging by float2 stores, the kernel before backward v5.4.
-  static_assert(lk::hopper::bwd_dq_pairs_split(64) && lk::hopper::bwd_dq_pairs_split(80) &&
-                    lk::hopper::bwd_dq_pairs_split(128),
-                "f2dq below assumes the stmatrix staging shipped");
-  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, false>("f2dq"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, false>("f2dq"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, false>("f2dq"));
-  // Note [deferred dQ]: a tile's dQ issued in the next tile, the dS buffers handed over by mbarriers.
-  if (d == 64) v.push_back(bwd_variant<64, 128, 0, lk::hopper::kCutNone, true, true>("dqdefer"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true, true>("dqdefer"));
-  if (d == 128) {
-    v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, true, true>("dqdefer"));
-    v.push_back(bwd_variant<128, 64, 0, lk::hopper::kCutNone, true, true>("dqdefer-ksmem"));
-  }
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.
@@ -473,8 +458,8 @@ std::vector<BwdVariant> bwd_variants(int d) {
 }
 
 // The shipped backward with one piece of work cut (BwdCut, flash_bwd_hopper.cuh), for bwd_sustain only: their
-// results are wrong by construction. Under the power cap a sustained run's time is its energy, so the time a cut
-// saves is that piece's share of a tile's energy (docs/flash_notes.md, "Where a tile's energy goes").
+// results are wrong by construction. Timed sustained and under ncu's fixed clocks, the time a cut saves is that
+// piece's share of a tile's time (docs/flash_notes.md, "Where a backward tile's time goes").
 template <int D, int kCut>
 BwdVariant bwd_cut_variant(const char* name) {
   return bwd_variant<D, lk::hopper::bwd_block_m(D), lk::hopper::bwd_k_reg_steps(D), kCut>(name);
@@ -760,7 +745,8 @@ int compare_bwd(const Case& c, int iters, int rounds) {
 // back to back for `seconds` after half a second of warm-up, the mean per call over that time. At long
 // sequences this is bound by the H100's power cap (docs/flash_notes.md, "The product's d = 128 gap is
 // the power cap"), which bursts of ten calls (bwd_time) do not reach.
-// `variant`: a name of bwd_variants(D) to time in place of the shipped backward (bf16), or null.
+// `variant`: a name of bwd_variants(D) or bwd_energy_variants(D) to time in place of the shipped backward (bf16),
+// or null.
 int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
   TimedBwd t = timed_bwd_setup(c);
   const lk::FlashParams& p = t.p;

@@ -31,9 +31,9 @@
 
 namespace lmscale::kernels::hopper {
 
-// Cuts for measuring where a tile's energy goes (tools/flash_hopper_probe.cu, bwd_energy_variants; docs/flash_notes.md,
-// "Where a tile's energy goes"): each removes one piece of work, so every result is wrong with a cut set. The shipped
-// kernels have none. kCutDqAdd: the writer adds nothing into dq_accum (no L2 reduce traffic); kCutQdoLoad: Q and dO
+// Cuts for measuring where a tile's time goes (tools/flash_hopper_probe.cu, bwd_energy_variants; docs/flash_notes.md,
+// "Where a backward tile's time goes"): each removes one piece of work, so every result is wrong with a cut set. The
+// shipped kernels have none. kCutDqAdd: the writer adds nothing into dq_accum (no L2 reduce traffic); kCutQdoLoad: Q and dO
 // are loaded for the first kStages tiles only, later tiles reuse the slots' old bytes (no L2 -> shared memory
 // traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging);
 // kCutSoftmax: no exp2 and no dS arithmetic (P^T and dS^T are S^T and dP^T as computed); kCutDsStore: no dS stores
@@ -48,10 +48,8 @@ enum BwdCut : int {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers]. kStmDq_: Note [dQ pairs split]. kCut_: BwdCut bits
-// (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kStmDq_ = false, bool kDeferDq_ = false,
-          int kCut_ = kCutNone>
+// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -74,14 +72,6 @@ struct BwdConfig {
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kCut = kCut_;
-  // Note [dQ pairs split]: the dQ staging written by stmatrix (4 bytes per thread and 8 x 8 tile: half the store
-  // instructions of float2 stores), which puts each 8-column group of dq_accum in the order 0 2 4 6 1 3 5 7; the
-  // conversion (run_bwd_steps) puts it back. Shipped at every head dim (bwd_dq_pairs_split, flash_hopper_tiles.h).
-  static constexpr bool kStmDq = kStmDq_;
-  // Note [deferred dQ]: a tile's dQ is issued in the next tile (after its dV), so no group waits for the other's dS
-  // of the tile it is on; the dS buffers are handed between the groups by mbarriers (full: both groups' dS stored;
-  // empty: both groups' dQ read it) instead of the groups' named barrier, and the groups need not run in step.
-  static constexpr bool kDeferDq = kDeferDq_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -125,7 +115,7 @@ struct BwdConfig {
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages + (kDeferDq ? 4 : 0)) * 8 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
   static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
   static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
@@ -137,7 +127,7 @@ struct BwdConfig {
 
 // The shipped tile per head dim: bwd_block_m of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D), bwd_dq_pairs_split(D)>;
+using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D)>;
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;
@@ -190,8 +180,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
-  uint64_t* ds_full = q_empty + kStages;  // Note [deferred dQ]: per dS buffer
-  uint64_t* ds_empty = ds_full + 2;
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -215,10 +203,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&q_full[s], 1 + 32);
       mbar_init(&q_empty[s], 128 * C::kConsumers);
-    }
-    for (int b = 0; b < (C::kDeferDq ? 2 : 0); ++b) {
-      mbar_init(&ds_full[b], 128 * C::kConsumers);
-      mbar_init(&ds_empty[b], 128 * C::kConsumers);
     }
     mbar_init_fence();
   }
@@ -415,12 +399,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   };
   // dQ columns [col0, col0 + kDqN) of this group's 64 query rows = dS (those rows x 128 keys: both groups'
   // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
-  // buf < 0 (Note [deferred dQ]): a dummy dQ whose A operand is K's bytes, which nothing writes during the loop.
   auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf) {
     constexpr int N = C::kDqN;
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
-    const uint32_t ds_buf =
-        (buf < 0 ? smem_addr(sK) : smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes)) + dq_row0(wg) * 128;
+    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
     const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
     const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
 #pragma unroll
@@ -445,28 +427,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       stmatrix_x4_trans(base + q * 128, ds_frag[j][0], ds_frag[j][1], ds_frag[j][2], ds_frag[j][3]);
     }
   };
-  // This group's dQ tile into its staging (Note [dQ by TMA reduce]): fragment (row, column) pairs as float2
-  // into 128-byte rows with the 128-byte swizzle; columns past what the group adds are dropped.
+  // This group's dQ tile into its staging (Note [dQ by TMA reduce]): 32-column chunks of 128-byte rows with the
+  // 128-byte swizzle; columns past what the group adds are dropped.
+  // Note [dQ pairs split]. Written by stmatrix with each fp32 value as one 4-byte element (8 stmatrix.x4 per thread
+  // and tile at d = 64 and 128, half the instructions of float2 stores for the same bytes; backward v5.4 in
+  // docs/flash_notes.md: the sustained backward -1.9 to -3.8 %). Tile j = 2 hr + e of an x4 holds rows +8 hr and pair
+  // element e (the fragment's acc[4 i + 2 hr + e]); lane 4 r + c's value, column 8 i + 2 c + e, lands at float 4 e + c
+  // of its 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row. So every 8-column
+  // group of the staging, and of dq_accum, holds columns 0 2 4 6 1 3 5 7; the conversion puts them back
+  // (run_bwd_steps).
   auto stage_dq = [&](const float(&acc)[C::kDqN / 2]) {
-    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
-    const int n_add = dq_cols_added(wg);
-#pragma unroll
-    for (int i = 0; i < C::kDqN / 8; ++i) {
-      if (8 * i >= n_add) continue;
-      const int col = 8 * i + col_in_tile, chunk = col / C::kDqChunkCols, cc = col % C::kDqChunkCols;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = warp * 16 + lane / 4 + 8 * hr;
-        const int byte = row * 128 + ((((cc * 4) / 16) ^ (row % 8)) * 16) + (cc * 4) % 16;
-        *reinterpret_cast<float2*>(stage + chunk * C::kDqChunkBytes + byte) = make_float2(acc[4 * i + 2 * hr], acc[4 * i + 2 * hr + 1]);
-      }
-    }
-  };
-
-  // Note [dQ pairs split]: stage_dq by stmatrix. Tile j = 2 hr + e of an x4 holds rows +8 hr and pair element e
-  // (the fragment's acc[4 i + 2 hr + e]); lane 4 r + c's value, column 8 i + 2 c + e, lands at float 4 e + c of its
-  // 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row.
-  auto stage_dq_stm = [&](const float(&acc)[C::kDqN / 2]) {
     unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
     const int n_add = dq_cols_added(wg);
     const int j = lane / 8, r = lane % 8;  // this lane gives the address of row r of tile j
@@ -517,10 +487,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   auto hand_over_dq = [&] {
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
     if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      if constexpr (C::kStmDq)
-        stage_dq_stm(acc_dq);
-      else
-        stage_dq(acc_dq);
+      stage_dq(acc_dq);
     } else if constexpr (!(C::kCut & kCutDqGemm)) {
       // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
       // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
@@ -601,13 +568,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    // Note [deferred dQ]: both groups' dQ of tile it - 2 have read this buffer.
-    if (C::kDeferDq && it >= 2) mbar_wait(&ds_empty[buf], ((it / 2) & 1) ^ 1);
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    if constexpr (C::kDeferDq)
-      mbar_arrive(&ds_full[buf]);
-    else if constexpr (!(C::kCut & kCutDsBarrier))
+    if constexpr (!(C::kCut & kCutDsBarrier))
       named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
     if constexpr (C::kKInRegs) {
       // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
@@ -617,13 +580,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       fence_regs(p_frag);
     }
 
-    // Note [deferred dQ]: this tile's dQ waits for the next tile; the previous tile's is issued here.
-    const int dq_buf = !C::kDeferDq ? buf : it > 0 ? buf ^ 1 : -1;
-    const bool dq_now = !C::kDeferDq || it > 0;
-    if (C::kDeferDq && dq_now) mbar_wait(&ds_full[dq_buf], ((it - 1) / 2) & 1);
     wgmma_fence();
-    // Issued on every tile, also the first (a dummy on K's bytes, dropped): ptxas serialises wgmmas behind a branch.
-    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, dq_buf);
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();
@@ -631,22 +589,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dq);
     fence_regs(acc_dv);
     fence_regs(p_frag);
-    if (C::kDeferDq && dq_now) mbar_arrive(&ds_empty[dq_buf]);
-    if (dq_now) hand_over_dq();
+    hand_over_dq();
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);
     mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
-  }
-  if constexpr (C::kDeferDq) {  // Note [deferred dQ]: the last tile's dQ (issued even without tiles: no branch)
-    const int last = m_tiles - m_first - 1;
-    if (last >= 0) mbar_wait(&ds_full[last & 1], (last / 2) & 1);
-    wgmma_fence();
-    issue_dq(acc_dq, last >= 0 ? last & 1 : -1);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(acc_dq);
-    if (last >= 0) hand_over_dq();
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.

@@ -12,13 +12,12 @@
 #include "kernels/flash_bwd_kernel.cuh"
 #include "kernels/flash_head_dims.h"
 #include "kernels/hopper/flash_hopper.h"
-#include "kernels/hopper/flash_hopper_tiles.h"  // bwd_dq_pairs_split
 
 namespace lmscale::kernels::hopper {
 
-// `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant).
-// kDqPairsSplit: the main kernel leaves dq_accum's 8-column groups in the order of Note [dQ pairs split].
-template <typename T, int D, bool kDqPairsSplit = false, typename MainKernel>
+// `main_kernel(p, stream)` launches the main kernel (hopper::run_bwd, or a probe's variant). It leaves dq_accum's
+// 8-column groups in the order of Note [dQ pairs split] (flash_bwd_hopper.cuh), which the conversion restores.
+template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
   const int batch_heads = p.batch * p.heads;
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
@@ -27,7 +26,7 @@ void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_
   main_kernel(p, stream);
   const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
   constexpr int kConvThreads = 256;
-  flash::flash_bwd_convert_dq_kernel<T, D, kDqPairsSplit>
+  flash::flash_bwd_convert_dq_kernel<T, D, /*kPairsSplit=*/true>
       <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
 }
@@ -37,10 +36,7 @@ template <typename T>
 void run_bwd_all_steps(const FlashParams& p, cudaStream_t stream) {
   auto main_kernel = [](const FlashParams& q, cudaStream_t s) { run_bwd(q, s); };
   with_head_dim_or_throw(HopperHeadDims{}, p.head_dim, "run_flash_bwd (hopper)", "Hopper",
-                         [&](auto d) {
-                           constexpr int D = decltype(d)::value;
-                           run_bwd_steps<T, D, bwd_dq_pairs_split(D)>(p, stream, main_kernel);
-                         });
+                         [&](auto d) { run_bwd_steps<T, decltype(d)::value>(p, stream, main_kernel); });
 }
 
 }  // namespace lmscale::kernels::hopper

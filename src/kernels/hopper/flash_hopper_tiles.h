@@ -32,13 +32,6 @@ constexpr int bwd_block_m(int d) { return d == 64 ? 128 : 64; }
 // k-steps were level. d = 64 / 80 keep K in shared memory (their 64-byte swizzle would need its own fragment
 // addressing; not measured).
 constexpr int bwd_k_reg_steps(int d) { return d == 128 ? 5 : 0; }
-// Note [dQ pairs split] (flash_bwd_hopper.cuh): the dQ staging written by stmatrix, dq_accum's 8-column groups in the
-// order 0 2 4 6 1 3 5 7 (the conversion restores them). The staging was the largest piece of a tile's cycles that no
-// GEMM hides (docs/flash_notes.md, "Where a backward tile's time goes"); by stmatrix it takes half the store
-// instructions. Measured on an H100 against float2 stores (docs/flash_notes.md, backward v5.4;
-// results/h100_check/attention_v5_4): sustained backward -3.8 % at 16k x 128, -3.4 % at 16k x 64 (-3.3 % not
-// causal), -1.9 % at 4 x 32 x 2048 x 80; every head dim takes it.
-constexpr bool bwd_dq_pairs_split(int /*d*/) { return true; }
 
 // ---- the rules a choice must keep (each one a predicate, so the CPU test can show it rejects a bad tile)
 
