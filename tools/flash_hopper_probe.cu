@@ -229,21 +229,23 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP>
+template <int D, int N, int C, bool PP, bool QRegs = false>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QRegs>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
 template <int D>
 std::vector<Variant> variants() {
   if constexpr (D == 64)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
-            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3"),
+            variant<D, 176, 2, true, true>("n176c2pp-qregs")};  // Note [Q in registers]
   else if constexpr (D == 80)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
             variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
   else
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
+            variant<D, 128, 2, false, true>("n128c2-qregs"), variant<D, 128, 2, true, true>("n128c2pp-qregs")};
 }
 
 int time(const Case& c, int iters, bool all) {
@@ -427,12 +429,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone, bool kSplitRoles = false,
-          bool kSplitTurns = false>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut, kSplitRoles, kSplitTurns>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
             });
           }};
 }
@@ -447,13 +448,6 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
-  // Note [split roles]: the groups split by step (S^T, P^T, dV | dP^T, dS^T, dK, dQ), not by keys.
-  if (d == 64) v.push_back(bwd_variant<64, 64, 0, lk::hopper::kCutNone, true>("split"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true>("split"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 0, lk::hopper::kCutNone, true>("split"));
-  if (d == 64) v.push_back(bwd_variant<64, 64, 0, lk::hopper::kCutNone, true, true>("splitpp"));
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true, true>("splitpp"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 0, lk::hopper::kCutNone, true, true>("splitpp"));
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.

@@ -48,10 +48,8 @@ enum BwdCut : int {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only). kSplitRoles_:
-// Note [split roles].
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone, bool kSplitRoles_ = false,
-          bool kSplitTurns_ = false>
+// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -74,13 +72,6 @@ struct BwdConfig {
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kCut = kCut_;
-  // Note [split roles]. The groups split the work by role, not by keys: group 0 computes S^T and P^T and
-  // dV for all 128 keys, group 1 dP^T, dS^T, dK and all of dQ; P^T passes from group 0 to group 1 through
-  // kPStages shared-memory buffers of kPBytes (each thread's packed fragments, thread-linear).
-  static constexpr bool kSplitRoles = kSplitRoles_;
-  static constexpr bool kSplitTurns = kSplitRoles_ && kSplitTurns_;
-  static constexpr int kPStages = kSplitRoles ? 2 : 0;
-  static constexpr int kPBytes = kBlockN * kBlockM * 2;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -109,8 +100,7 @@ struct BwdConfig {
   static constexpr int kDqChunkBytes = 64 * kDqChunkCols * 4;
   static constexpr int kDqChunks = (kDqN + kDqChunkCols - 1) / kDqChunkCols;
   static constexpr int kDqStageBytes = kDqChunks * kDqChunkBytes;
-  static constexpr int kFixedBytes =
-      2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqStageBytes + kPStages * kPBytes;
+  static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqStageBytes;
   static constexpr int kStageBytes = 2 * kQBytes + 2 * kRowBytes;
   static constexpr int kStagesFit = (227 * 1024 - 2048 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
@@ -120,8 +110,7 @@ struct BwdConfig {
   static constexpr int kOffV = kKVBytes;
   static constexpr int kOffDS = 2 * kKVBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kConsumers * kDSBytes;
-  static constexpr int kOffP = kOffDQ + kConsumers * kDqStageBytes;
-  static constexpr int kOffQ = kOffP + kPStages * kPBytes;
+  static constexpr int kOffQ = kOffDQ + kConsumers * kDqStageBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
@@ -131,8 +120,6 @@ struct BwdConfig {
   static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
   static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
   static_assert(kStages >= 2, "Q/dO need double buffering");
-  static_assert(!kSplitRoles || (kBlockM == 64 && !kKInRegs && kCut == kCutNone),
-                "split roles: 64-query tiles, K in shared memory, no cuts");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
   static_assert(D % 16 == 0 && D <= 256 && kDqSplit % 16 == 0 && kDqN % 16 == 0, "wgmma N is a multiple of 8");
   static_assert(kDqRowSplit || kDqSplit % kDqChunkCols == 0, "each group's dQ columns start on a reduce chunk");
@@ -142,29 +129,14 @@ struct BwdConfig {
 template <typename T, int D>
 using BwdShipped = BwdConfig<T, D, bwd_block_m(D), bwd_k_reg_steps(D)>;
 
-// The two 16-bit values of a packed pair (pack2) as floats.
-template <typename T>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  } else {
-    __half2 hv;
-    memcpy(&hv, &v, 4);
-    return __half22float2(hv);
-  }
-}
-
 struct BwdMaps {
   CUtensorMap q, k, v, dout, dq_accum;
 };
 
 // Named barriers (id 0 is __syncthreads): both consumers' dS of a tile written; per consumer group g, its
 // dQ staging filled (kBarDqFull + g) and free again (kBarDqEmpty + g), each between the group's 128
-// threads and the writer warp. Split roles (Note [split roles]): P^T buffer b written by group 0 (kBarPFull + b) and
-// read by group 1 (kBarPEmpty + b); dS buffer b written by group 1 (kBarDsFull + b) and read by group 0's dQ
-// (kBarDsEmpty + b); kBarDs is then group 1's own barrier.
+// threads and the writer warp.
 constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4, kDqBarThreads = 128 + 32;
-constexpr int kBarPFull = 6, kBarPEmpty = 8, kBarDsFull = 10, kBarDsEmpty = 12, kBarTurn = 14;
 
 // Note [bwd grid order]. A 1-D grid. The (batch, head) pairs are cut into L2 sections of
 // heads_per_section heads whose Q, dO and dq_accum fit in L2 together (bwd_heads_per_section); a section's
@@ -427,13 +399,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   };
   // dQ columns [col0, col0 + kDqN) of this group's 64 query rows = dS (those rows x 128 keys: both groups'
   // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
-  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf, int g) {
+  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf) {
     constexpr int N = C::kDqN;
     // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
-    // buf < 0 (Note [split roles]): a dummy whose A operand is K's bytes, which nothing writes during the loop.
-    const uint32_t ds_buf =
-        (buf < 0 ? smem_addr(sK) : smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes)) + dq_row0(g) * 128;
-    const uint32_t k_cols = smem_addr(sK) + (dq_col0(g) / kSwE) * kBlockN * kSwB;
+    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
+    const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
     const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -447,14 +417,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // u ^ (r % 8)), the K-major A operand of dQ = dS K. ds_frag[j] holds the 8 x 8 tiles (query block 2j,
   // keys +0 / +8) and (2j + 1, +0 / +8); stmatrix's transposing store writes each tile's 8 query rows of 8
   // keys (16 bytes), lane 8 m + r naming row r of tile m.
-  auto store_ds = [&](unsigned char* ds_tile, const uint32_t(&frag)[kBlockM / 16][4]) {
+  auto store_ds = [&](unsigned char* ds_tile) {
     const int m = lane / 8, r = lane % 8;
     const int unit = (2 * warp + (m % 2)) ^ r;  // key unit (warp * 16 + 8 (m % 2)) / 8, swizzled by row r % 8
     const uint32_t base = smem_addr(ds_tile) + unit * 16;
 #pragma unroll
     for (int j = 0; j < kBlockM / 16; ++j) {
       const int q = 8 * (2 * j + m / 2) + r;
-      stmatrix_x4_trans(base + q * 128, frag[j][0], frag[j][1], frag[j][2], frag[j][3]);
+      stmatrix_x4_trans(base + q * 128, ds_frag[j][0], ds_frag[j][1], ds_frag[j][2], ds_frag[j][3]);
     }
   };
   // This group's dQ tile into its staging (Note [dQ by TMA reduce]): 32-column chunks of 128-byte rows with the
@@ -466,9 +436,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // of its 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row. So every 8-column
   // group of the staging, and of dq_accum, holds columns 0 2 4 6 1 3 5 7; the conversion puts them back
   // (run_bwd_steps).
-  auto stage_dq = [&](const float(&acc)[C::kDqN / 2], int g) {
-    unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
-    const int n_add = dq_cols_added(g);
+  auto stage_dq = [&](const float(&acc)[C::kDqN / 2]) {
+    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
+    const int n_add = dq_cols_added(wg);
     const int j = lane / 8, r = lane % 8;  // this lane gives the address of row r of tile j
     const uint32_t row_base = smem_addr(stage) + (warp * 16 + 8 * (j / 2) + r) * 128;
 #pragma unroll
@@ -511,13 +481,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       ldmatrix_x4(row_addr + c * kBlockN * kSwB + ((unit ^ r) * 16), k_frag[kk]);
     }
   }
-  // Group g's part of dQ of the last tile issued, handed to the writer (Note [dQ by TMA reduce]): wait until the
-  // writer has freed the staging, stage, make the stores visible to TMA, tell the writer.
+  // This group's dQ of the last tile issued, handed to the writer (Note [dQ by TMA reduce]): wait until the writer
+  // has freed the staging, stage, make the stores visible to TMA, tell the writer.
   float acc_dq[C::kDqN / 2];
-  auto hand_over_dq = [&](int g) {
-    named_sync(kBarDqEmpty + g, kDqBarThreads);
+  auto hand_over_dq = [&] {
+    named_sync(kBarDqEmpty + wg, kDqBarThreads);
     if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      stage_dq(acc_dq, g);
+      stage_dq(acc_dq);
     } else if constexpr (!(C::kCut & kCutDqGemm)) {
       // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
       // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
@@ -527,222 +497,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       if (p.seqlen_q < 0) *reinterpret_cast<float*>(smem + C::kOffDQ) = sum;
     }
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
-    named_arrive(kBarDqFull + g, kDqBarThreads);
+    named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
-  if constexpr (C::kSplitRoles) {
-    // Note [split roles]. In the shipped design both groups run the same chain on their 64 keys and meet at the dS
-    // barrier every tile, so their exponentials, dS stores and dQ staging fall in the same cycles and the tensor
-    // core idles under them (docs/flash_notes.md, "Where a backward tile's time goes"). Here each group owns
-    // steps, not keys, and neither waits for the other's current tile:
-    //   group 0: S^T = K Q^T for all 128 keys, P^T = exp2(..), dV += P^T dO, then the first half of dQ's columns
-    //            for the previous tile (its dS was stored by group 1 meanwhile);
-    //   group 1: dP^T = V dO^T, dS^T = P^T ∘ (dP^T - D) (stored for dQ), dK += dS^T Q, the last half of dQ.
-    // P^T passes from group 0 to group 1 through two buffers (kBarPFull / kBarPEmpty), dS back through the two
-    // dS buffers (kBarDsFull / kBarDsEmpty), so the groups run up to a tile out of phase and each one's GEMMs
-    // fill the other's elementwise gaps. Each group runs 5 of the tile's 10 wgmma-units. dS^T is computed from
-    // P^T as packed for dV (the input dtype), not from fp32 P^T. Register peak per thread: dV or dK of 128 keys
-    // (D registers) beside S^T or dP^T of 128 keys (kBlockM), as the shipped design's dK, dV, S^T, dP^T of 64.
-    constexpr int kTiles2 = 2;  // P^T buffers
-    unsigned char* sP = smem + C::kOffP;
-    const int n_tiles = m_tiles - m_first;
-    // kSplitTurns: the groups take turns issuing their GEMMs (group 0's S^T, group 1's dP^T, group 0's dV and dQ,
-    // group 1's dK and dQ, ...), as the forward's ping-pong, so each group's wgmmas sit together in the tensor
-    // core's queue and finish early instead of interleaving with the other group's.
-    auto turn_begin = [&](int g) {
-      if constexpr (C::kSplitTurns) named_sync(kBarTurn + g, 256);
-    };
-    auto turn_end = [&](int g) {
-      if constexpr (C::kSplitTurns) named_arrive(kBarTurn + (g ^ 1), 256);
-    };
-    const int key_row = n0 + key_local_a;  // + 64 h for half h; + 8 for this thread's second row
-    float acc[2][D / 2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) acc[hf][i] = 0.f;
-    uint32_t frag[2][kBlockM / 16][4];  // P^T (group 0) or dS^T (group 1) of keys [64 h, 64 h + 64)
-    if (wg == 0) {
-      for (int buf = 0; buf < 2 && buf < n_tiles; ++buf) named_arrive(kBarDsEmpty + buf, 256);
-#pragma unroll 1
-      for (int it = 0; it < n_tiles; ++it) {
-        const int s = it % kStages, pb = it % kTiles2;
-        const int m0 = (m_first + it) * kBlockM;
-        const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
-        const float* l_s = sL + s * kBlockM;
-        float s_acc[2][kBlockM / 2];
-        mbar_wait(&q_full[s], (it / kStages) & 1);
-        turn_begin(0);
-        wgmma_fence();
-        issue_kq(s_acc[0], smem_addr(sK), q_slot);
-        issue_kq(s_acc[1], smem_addr(sK) + C::kKeysPerGroup * kSwB, q_slot);
-        wgmma_commit();
-        turn_end(0);
-        wgmma_wait<0>();
-        fence_regs(s_acc[0]);
-        fence_regs(s_acc[1]);
-        const bool masked = n0 + kBlockN > p.seqlen_k || (Causal && m0 < n0 + kBlockN - 1);
-        auto softmax = [&](auto mask) {
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-            for (int i = 0; i < kBlockM / 8; ++i) {
-              const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float le = e ? l.y : l.x;
-                float pa = fast_exp2(fmaf(s_acc[hf][4 * i + e], scale_log2, -le));
-                float pb = fast_exp2(fmaf(s_acc[hf][4 * i + 2 + e], scale_log2, -le));
-                if constexpr (decltype(mask)::value) {
-                  const int q = m0 + 8 * i + col_in_tile + e, ka = key_row + 64 * hf, kb = ka + 8;
-                  if (ka >= p.seqlen_k || (Causal && ka > q)) pa = 0.f;
-                  if (kb >= p.seqlen_k || (Causal && kb > q)) pb = 0.f;
-                }
-                s_acc[hf][4 * i + e] = pa;
-                s_acc[hf][4 * i + 2 + e] = pb;
-              }
-            }
-        };
-        if (masked)
-          softmax(std::true_type{});
-        else
-          softmax(std::false_type{});
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int i = 0; i < kBlockM / 8; ++i) {
-            frag[hf][i / 2][(i % 2) * 2] = pack2<T>(s_acc[hf][4 * i], s_acc[hf][4 * i + 1]);
-            frag[hf][i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[hf][4 * i + 2], s_acc[hf][4 * i + 3]);
-          }
-        // P^T to group 1: 16 bytes per thread and k-step, thread-linear (conflict-free).
-        named_sync(kBarPEmpty + pb, 256);
-        uint4* p_buf = reinterpret_cast<uint4*>(sP + pb * C::kPBytes);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int kk = 0; kk < kBlockM / 16; ++kk)
-            p_buf[(hf * (kBlockM / 16) + kk) * 128 + t] = make_uint4(frag[hf][kk][0], frag[hf][kk][1], frag[hf][kk][2], frag[hf][kk][3]);
-        named_arrive(kBarPFull + pb, 256);
-        // dQ's first columns of the previous tile, whose dS group 1 stored during this tile's S^T and softmax.
-        // On the first tile the wgmma runs on K's bytes and its result is dropped: a wgmma behind a branch
-        // makes ptxas serialise every wgmma of the kernel.
-        if (it > 0) named_sync(kBarDsFull + ((it - 1) & 1), 256);
-        turn_begin(0);
-        wgmma_fence();
-        issue_acc_rs(acc[0], frag[0], do_slot);
-        issue_acc_rs(acc[1], frag[1], do_slot);
-        wgmma_commit();
-        issue_dq(acc_dq, it > 0 ? (it - 1) & 1 : -1, 0);
-        wgmma_commit();
-        turn_end(0);
-        wgmma_wait<1>();
-        fence_regs(acc[0]);
-        fence_regs(acc[1]);
-        fence_regs(frag[0]);
-        fence_regs(frag[1]);
-        mbar_arrive(&q_empty[s]);  // S^T (Q) and dV (dO) completed; L read
-        wgmma_wait<0>();
-        fence_regs(acc_dq);
-        if (it > 0) {
-          hand_over_dq(0);
-          if (it + 1 < n_tiles) named_arrive(kBarDsEmpty + ((it - 1) & 1), 256);  // for group 1's tile it + 1
-        }
-      }
-      // The last tile's dQ columns (the wgmma again outside any branch).
-      if (n_tiles > 0) named_sync(kBarDsFull + ((n_tiles - 1) & 1), 256);
-      turn_begin(0);  // group 1 handed over its last turn; nobody waits for this one's end
-      wgmma_fence();
-      issue_dq(acc_dq, n_tiles > 0 ? (n_tiles - 1) & 1 : -1, 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_dq);
-      if (n_tiles > 0) hand_over_dq(0);
-    } else {
-      for (int pb = 0; pb < kTiles2 && pb < n_tiles; ++pb) named_arrive(kBarPEmpty + pb, 256);
-      turn_end(1);  // group 0 issues first
-#pragma unroll 1
-      for (int it = 0; it < n_tiles; ++it) {
-        const int s = it % kStages, pb = it % kTiles2, buf = it & 1;
-        const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
-        const float* dsum_s = sDsum + s * kBlockM;
-        float dp_acc[2][kBlockM / 2];
-        mbar_wait(&q_full[s], (it / kStages) & 1);
-        turn_begin(1);
-        wgmma_fence();
-        issue_kq(dp_acc[0], smem_addr(sV), do_slot);
-        issue_kq(dp_acc[1], smem_addr(sV) + C::kKeysPerGroup * kSwB, do_slot);
-        wgmma_commit();
-        turn_end(1);
-        wgmma_wait<0>();
-        fence_regs(dp_acc[0]);
-        fence_regs(dp_acc[1]);
-        named_sync(kBarPFull + pb, 256);
-        const uint4* p_buf = reinterpret_cast<const uint4*>(sP + pb * C::kPBytes);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int kk = 0; kk < kBlockM / 16; ++kk) {
-            const uint4 v = p_buf[(hf * (kBlockM / 16) + kk) * 128 + t];
-            frag[hf][kk][0] = v.x, frag[hf][kk][1] = v.y, frag[hf][kk][2] = v.z, frag[hf][kk][3] = v.w;
-          }
-        if (it + kTiles2 < n_tiles) named_arrive(kBarPEmpty + pb, 256);
-        // dS^T = P^T ∘ (dP^T - D), packed in place of P^T.
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-          for (int i = 0; i < kBlockM / 8; ++i) {
-            const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              uint32_t& pk = frag[hf][i / 2][(i % 2) * 2 + r];
-              const float2 pv = unpack2<T>(pk);
-              pk = pack2<T>(pv.x * (dp_acc[hf][4 * i + 2 * r] - dsum.x), pv.y * (dp_acc[hf][4 * i + 2 * r + 1] - dsum.y));
-            }
-          }
-        named_sync(kBarDsEmpty + buf, 256);  // group 0's dQ of tile it - 2 has read this buffer
-        store_ds(smem + C::kOffDS + (buf * C::kConsumers + 0) * C::kDSBytes, frag[0]);
-        store_ds(smem + C::kOffDS + (buf * C::kConsumers + 1) * C::kDSBytes, frag[1]);
-        fence_proxy_async_smem();  // the stmatrix stores before the wgmma (async proxy) reads them
-        named_sync(kBarDs, 128);   // all of this group's dS written, for its own dQ
-        named_arrive(kBarDsFull + buf, 256);  // ... and for group 0's, in its next tile
-        turn_begin(1);
-        wgmma_fence();
-        issue_dq(acc_dq, buf, 1);
-        wgmma_commit();
-        issue_acc_rs(acc[0], frag[0], q_slot);
-        issue_acc_rs(acc[1], frag[1], q_slot);
-        wgmma_commit();
-        turn_end(1);
-        wgmma_wait<1>();  // dQ's last columns done; dK may still run
-        fence_regs(acc_dq);
-        hand_over_dq(1);
-        wgmma_wait<0>();
-        fence_regs(acc[0]);
-        fence_regs(acc[1]);
-        fence_regs(frag[0]);
-        fence_regs(frag[1]);
-        mbar_arrive(&q_empty[s]);  // dP^T (dO) and dK (Q) completed; D read
-      }
-    }
-    // Epilogue: group 0 writes dV, group 1 dK = scale * dS^T Q, for all 128 keys.
-    T* g_out = wg == 0 ? static_cast<T*>(p.dv) + b * p.dv_batch_stride + h * p.dv_head_stride
-                       : static_cast<T*>(p.dk) + b * p.dk_batch_stride + h * p.dk_head_stride;
-    const int64_t row_stride = wg == 0 ? p.dv_row_stride : p.dk_row_stride;
-    const float out_scale = wg == 0 ? 1.f : p.scale;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int key = key_row + 64 * hh + 8 * r;
-        if (key >= p.seqlen_k) continue;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          const int col = 8 * i + col_in_tile;
-          *reinterpret_cast<uint32_t*>(g_out + key * row_stride + col) =
-              pack2<T>(acc[hh][4 * i + 2 * r] * out_scale, acc[hh][4 * i + 2 * r + 1] * out_scale);
-        }
-      }
-    return;
-  }
 #pragma unroll 1
   for (int it = 0; it < m_tiles - m_first; ++it) {
     const int s = it % kStages, buf = it & 1;
@@ -812,7 +568,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes, ds_frag);
+    if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
     if constexpr (!(C::kCut & kCutDsBarrier))
       named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
@@ -825,7 +581,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
 
     wgmma_fence();
-    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf, wg);
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();
@@ -833,7 +589,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_regs(acc_dq);
     fence_regs(acc_dv);
     fence_regs(p_frag);
-    hand_over_dq(wg);
+    hand_over_dq();
     wgmma_wait<0>();
     fence_regs(acc_dk);
     fence_regs(ds_frag);
