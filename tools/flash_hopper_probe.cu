@@ -229,23 +229,21 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP, bool QRegs = false>
+template <int D, int N, int C, bool PP>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QRegs>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
 template <int D>
 std::vector<Variant> variants() {
   if constexpr (D == 64)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
-            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3"),
-            variant<D, 176, 2, true, true>("n176c2pp-qregs")};  // Note [Q in registers]
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
   else if constexpr (D == 80)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
             variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
   else
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
-            variant<D, 128, 2, false, true>("n128c2-qregs"), variant<D, 128, 2, true, true>("n128c2pp-qregs")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
 }
 
 int time(const Case& c, int iters, bool all) {

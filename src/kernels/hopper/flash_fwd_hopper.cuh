@@ -32,14 +32,12 @@ namespace lmscale::kernels::hopper {
 
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
 // the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
-// kQInRegs_: Note [Q in registers].
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, bool kQInRegs_ = false>
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
-  static constexpr bool kQInRegs = kQInRegs_;
   static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
@@ -65,7 +63,6 @@ struct FwdConfig {
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
   static constexpr int kSmemBytes = kBarrierOffset + (1 + 4 * kStages) * 8 + 1024;  // + alignment slack
   static_assert(kStages >= 2, "K/V need double buffering");
-  static_assert(!kQInRegs || kSwizzleBytes == 128, "Q's fragments are loaded from the 128-byte swizzle");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
 };
@@ -204,30 +201,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       wgmma_ss<T, kBlockN>(s_acc, da, db, kk > 0);
     }
   };
-  // Note [Q in registers]. S = Q K^T with both operands in shared memory reads this group's Q (64 rows x D) again for
-  // every key tile. With kQInRegs each consumer loads its A fragments once (ldmatrix, D / 4 registers per thread)
-  // and S runs as an RS wgmma reading only K from shared memory.
-  uint32_t q_frag[C::kQInRegs ? C::kDPad / 16 : 1][4];
-  auto load_q_frags = [&] {
-    if constexpr (C::kQInRegs) {
-      const int j = lane / 8, r = lane % 8;
-      const uint32_t row_addr = q_base + (warp * 16 + 8 * (j % 2) + r) * kSwB;
-#pragma unroll
-      for (int kk = 0; kk < C::kDPad / 16; ++kk) {
-        const int c = kk / (kSwE / 16), unit = (kk % (kSwE / 16)) * 2 + j / 2;
-        ldmatrix_x4(row_addr + c * kBlockM * kSwB + ((unit ^ r) * 16), q_frag[kk]);
-      }
-    }
-  };
-  auto issue_qk_regs = [&](int s) {
-    const uint32_t b_lo = desc_lo(k_base + s * C::kKVBytes, 16);
-#pragma unroll
-    for (int kk = 0; kk < C::kDPad / 16; ++kk) {
-      const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
-      wgmma_rs_bk<T, kBlockN>(s_acc, q_frag[C::kQInRegs ? kk : 0], desc_at(b_lo, kHiAtom, c * kBlockN * kSwB + off),
-                              kk > 0);
-    }
-  };
   // O += P V for the V tile in slot s (issue only).
   auto issue_pv = [&](int s) {
     const uint32_t b_lo = desc_lo(v_base + s * C::kKVBytes, kBlockN * kSwB);
@@ -318,17 +291,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   auto needs_mask = [&](int n0) { return n0 + kBlockN > p.seqlen_k || (Causal && n0 + kBlockN - 1 > m0); };
 
   mbar_wait(q_full, 0);
-  load_q_frags();
   // First key tile: nothing to overlap with yet.
   {
     const int n0 = (n_tiles - 1) * kBlockN;
     mbar_wait(&k_full[0], 0);
     turn_begin();
     wgmma_fence();
-    if constexpr (C::kQInRegs)
-      issue_qk_regs(0);
-    else
-      issue_qk(0);
+    issue_qk(0);
     wgmma_commit();
     turn_end(false);
     wgmma_wait<0>();
@@ -348,10 +317,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     mbar_wait(&v_full[s_prev], parity_prev);
     turn_begin();
     wgmma_fence();
-    if constexpr (C::kQInRegs)
-      issue_qk_regs(s);
-    else
-      issue_qk(s);
+    issue_qk(s);
     wgmma_commit();
     issue_pv(s_prev);
     wgmma_commit();
