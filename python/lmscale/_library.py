@@ -139,8 +139,19 @@ def require_extension(what: str) -> ModuleType:
     """lmscale._C, or an ImportError saying why it is missing and how to build it."""
     C = load()
     if C is None:
+        folder = library_path().parent
+        # An extension built for another interpreter (e.g. _C.cpython-311-*.so under Python 3.12) is not
+        # importable here: name it, since "not in" the folder would send the reader looking for a build problem.
+        others = sorted(p.name for p in folder.glob("_C.*.so"))
+        if others:
+            raise ImportError(
+                f"lmscale.{what} needs the extension lmscale._C for this interpreter ({sys.implementation.cache_tag}, "
+                f"suffix {importlib.machinery.EXTENSION_SUFFIXES[0]}), but {folder} holds only {', '.join(others)}, "
+                "built for another Python. Build it with this interpreter: LMSCALE_PYTHON=$(command -v python3) "
+                "./lmscale build (a separate LMSCALE_BUILD_DIR keeps the other build)."
+            )
         raise ImportError(
-            f"lmscale.{what} needs the extension lmscale._C, which is not in {library_path().parent}. "
+            f"lmscale.{what} needs the extension lmscale._C, which is not in {folder}. "
             "It is skipped when CMake finds no Python headers for the interpreter: install them "
             "(apt-get install python3-dev) and run `./lmscale build` again (its log names the cause)."
         )

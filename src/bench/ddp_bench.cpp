@@ -291,6 +291,9 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
           n_b = static_cast<int64_t>(ddp->bucket_assignment().size());
           sent_bytes = double(ddp->payload_bytes_per_step()) * 2 * (n - 1) / n;
         }
+        // The broadcast from rank 0 at construction wrote every parameter: the bf16 copies follow, or the
+        // Linears would cast every weight in every forward (TrainingStep::resync_weight_copies).
+        if (ddp || zero2) ts.resync_weight_copies();
         // Every rank runs the extra (profiled) step so the collectives stay matched; rank 0 records it.
         auto& ti = o.trace_impls;
         const bool trace = pi == 0 && !o.trace_dir.empty() &&

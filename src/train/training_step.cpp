@@ -73,15 +73,8 @@ TrainingStep::TrainingStep(const StepSetup& setup) : setup_(setup) {
   model_->use_fused_swiglu(fused_cuda && setup_.parts.swiglu_kernel);
   std::vector<torch::Tensor> params = model_->parameters();
   optimizer_ = std::make_unique<FusedAdamW>(params, setup_.adamw, /*use_kernel=*/fused_cuda && setup_.parts.adamw_kernel);
-  // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
-  // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
-  if (uses_bf16_weight_copies()) optimizer_->set_bf16_copies(model_->attach_bf16_copies());
   if (is_fp8()) model_->use_fp8(setup_.fp8);  // FP8 GEMMs read the bf16 copies when there are some
-  if (is_fp8() && uses_bf16_weight_copies() && setup_.fp8.cached_weights) {
-    torch::Tensor amax_buffer;
-    auto derived = model_->attach_fp8_weights(amax_buffer, setup_.fp8.scaling == Fp8Scaling::kDelayed);
-    optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
-  }
+  resync_weight_copies();
   if (setup_.optimizer_in_backward) install_optimizer_hooks(params);
   else if (setup_.overlaps_optimizer())
     overlap_ = std::make_unique<OptimizerOverlap>(*optimizer_, setup_.overlap_bucket_bytes, setup_.overlap_sm_carveout);
@@ -121,6 +114,18 @@ void TrainingStep::install_optimizer_hooks(const std::vector<torch::Tensor>& par
     torch::autograd::impl::set_post_acc_grad_hooks(
         params[i], std::make_unique<UpdateWhenGradIsFinal>(optimizer_.get(), i, in_backward_, &in_backward_->armed,
                                                            &in_backward_->keep_grads));
+}
+
+void TrainingStep::resync_weight_copies() {
+  // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
+  // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
+  if (!uses_bf16_weight_copies()) return;
+  optimizer_->set_bf16_copies(model_->attach_bf16_copies());
+  if (is_fp8() && setup_.fp8.cached_weights) {
+    torch::Tensor amax_buffer;
+    auto derived = model_->attach_fp8_weights(amax_buffer, setup_.fp8.scaling == Fp8Scaling::kDelayed);
+    optimizer_->set_derived_weights(std::move(derived), std::move(amax_buffer));
+  }
 }
 
 bool TrainingStep::uses_bf16_weight_copies() const {

@@ -95,6 +95,12 @@ class TrainingStep {
   // Fused path on CUDA under bf16 autocast (bf16 or fp8 precision): Linear layers read bf16 weight
   // copies that the AdamW kernel keeps current.
   bool uses_bf16_weight_copies() const;
+  // Makes the bf16 weight copies (and the FP8 weights derived from them) again those of the current
+  // weights. Needed after anything but the step writes the parameters, e.g. DDP's or ZeRO's broadcast from
+  // rank 0 at construction or a checkpoint load: such a write leaves every copy stale (the weight's
+  // version moved), and the Linears then fall back to autocast's cast of every weight in every forward.
+  // Measured on 2 H100s (docs/results/h100x2_dist_2026_11_26): XL bucketed DDP without it ran the slow path.
+  void resync_weight_copies();
   bool is_fp8() const { return setup_.precision == c10::kFloat8_e4m3fn; }
   TransformerLM& model() { return model_; }
   FusedAdamW& optimizer() { return *optimizer_; }

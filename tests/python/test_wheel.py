@@ -100,3 +100,18 @@ def test_torch_version_recorded_and_checked(installed):
     other = f"{release.split('.')[0]}.{int(release.split('.')[1]) - 1}.0+cu999"
     with pytest.raises(ImportError, match=re.escape(f"pip install 'torch=={release}.*'")):
         _library.check_torch(site / "lmscale", other, "99.0")
+
+
+def test_missing_extension_names_one_built_for_another_python(tmp_path, monkeypatch):
+    """A _C built for another interpreter (the GPU machines run Python 3.12, a build here 3.11) is named as
+    such, not reported as missing from the folder; with none, the message says how the build skips it."""
+    monkeypatch.setattr(_library, "load", lambda: None)
+    monkeypatch.setattr(_library, "library_path", lambda: tmp_path / "liblmscale.so")
+    with pytest.raises(ImportError, match="which is not in") as plain:
+        _library.require_extension("DistributedDataParallel")
+    assert "python3-dev" in str(plain.value)
+    (tmp_path / "_C.cpython-399-x86_64-linux-gnu.so").write_bytes(b"")
+    with pytest.raises(ImportError, match="built for another Python") as other:
+        _library.require_extension("DistributedDataParallel")
+    assert "_C.cpython-399-x86_64-linux-gnu.so" in str(other.value)
+    assert sys.implementation.cache_tag in str(other.value)

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/autocast.h"
+#include "model/layers.h"
 #include "ops/fused_adamw.h"
 #include "train/graphed_step.h"
 #include "train/training_step.h"
@@ -72,6 +74,35 @@ TEST(FusedModel, TenStepsTrackTheUnfusedModel) {
   EXPECT_EQ(fused.optimizer().ran_kernel(), ops::fused_adamw_available());
   // Training moved the loss (the same batch every step): the comparison is not of two frozen models.
   EXPECT_LT(plain.last_loss().item<double>(), std::log(1000.0));
+}
+
+// A write to the parameters from outside the step (as DDP's broadcast from rank 0) leaves the bf16 copies
+// stale, so the Linears fall back to casting the weights; resync_weight_copies makes the copies those of the
+// new weights and current again.
+TEST(FusedModel, ResyncAfterAnOutsideWriteMakesTheCopiesCurrent) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TrainingStep step(gpu_setup(true));
+  if (!step.uses_bf16_weight_copies()) GTEST_SKIP() << "no fused AdamW kernel in this build";
+  std::vector<LinearImpl*> linears;
+  for (auto& m : step.model()->modules(/*include_self=*/false))
+    if (auto* lin = m->as<LinearImpl>()) linears.push_back(lin);
+  ASSERT_FALSE(linears.empty());
+  AutocastScope autocast(torch::kCUDA, torch::kBFloat16);  // bf16_copy_current asks for bf16 autocast
+  for (auto* lin : linears) EXPECT_TRUE(lin->bf16_copy_current());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : step.model()->parameters()) p.mul_(0.5);  // what a broadcast's copy_ does to the version
+  }
+  for (auto* lin : linears) EXPECT_FALSE(lin->bf16_copy_current());
+  step.resync_weight_copies();
+  for (auto* lin : linears) {
+    EXPECT_TRUE(lin->bf16_copy_current());
+    EXPECT_TRUE(torch::equal(lin->weight_bf16, lin->weight.to(torch::kBFloat16)));
+  }
+  // The step still trains from the new weights.
+  step.run(StepMode::TrainStep);
+  EXPECT_TRUE(std::isfinite(step.last_loss().item<double>()));
+  EXPECT_EQ(step.optimizer().ran_kernel(), ops::fused_adamw_available());
 }
 
 TEST(CudaGraphStep, ReplayGivesTheEagerLosses) {
