@@ -10,8 +10,12 @@
 # 440), so the results of the finished ones always come back. BUILD_TARGETS limits the build.
 # NPROC (default 2) sets the number of processes, one GPU each (4 or 8 on the larger kinds; issues 6, 7).
 # Benchmarks run inside $OUT/res with relative --out folders, so recorded commands name no machine path.
+# With prebuilt/ carried (lmscale, liblmscale.so, lmscale_tests built elsewhere against the same torch and CUDA),
+# the build phase only checks that they load (prebuilt_loads, timed_stages.sh), the setting the 2-GPU calls
+# of docs/results/h100x2_dist_2026_11_26 used by hand.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$ROOT/scripts/gpu/timed_stages.sh"  # prebuilt_loads
 OUT=${OUT:-$ROOT/gpu-out}
 RES=$OUT/res
 mkdir -p "$RES" "$OUT/logs"
@@ -25,6 +29,11 @@ left() { echo $((DEADLINE - SECONDS > 5 ? DEADLINE - SECONDS : 5)); }
 run() { timeout -k 5 "$(left)" "$@"; }
 
 phase_build() {
+  if [[ -x $ROOT/prebuilt/lmscale_tests ]] && prebuilt_loads; then
+    B=$ROOT/prebuilt L=$ROOT/prebuilt/lmscale
+    log "prebuilt binaries in $B (no build)"
+    return 0
+  fi
   # The bootstrap (its compiler choice included), building only the targets and kernels this run needs.
   log "build ($ROOT) targets: ${BUILD_TARGETS:-lmscale_cli lmscale_tests}"
   LMSCALE_BUILD_DIR=$B LMSCALE_PYTHON=$(command -v python3) LMSCALE_JOBS=${LMSCALE_JOBS:-30} \
