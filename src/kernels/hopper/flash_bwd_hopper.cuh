@@ -49,7 +49,7 @@ enum BwdCut : int {
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone, bool kProducerDq_ = false>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone, bool kEarlyDv_ = false>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -76,17 +76,16 @@ struct BwdConfig {
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
   static constexpr int kRowBytes = kBlockM * 4;                 // L or D of one slot
-  // Note [dQ in the producer] (a measurement variant): warpgroup 0 computes every tile's dQ = dS K besides loading,
-  // so the consumers neither wait for each other's dS nor for dQ; three Q / dO slots; registers 72 / 216 / 216.
-  static constexpr bool kProducerDq = kProducerDq_;
+  // Note [early dV] (a measurement variant): P^T is packed and dV issued before dP^T is waited for.
+  static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // The warpgroup index broadcast as warp-uniform (flash_bwd_hopper_kernel). Measured sustained on an H100
   // (docs/flash_notes.md, backward v5.2; results/h100_check/attention_v5_2): at d = 80 and 128 it is part of
   // the -1 to -2.4 %; at d = 64 the kernel without it is 3.8 % faster at 16k causal (2.983 against 3.086 ms,
   // fewer cycles per tile) and 0.5 % slower not causal, so d = 64 leaves the index to the compiler.
   static constexpr bool kUniformWarpgroup = D != 64;
-  static constexpr int kProducerRegs = kProducerDq ? 72 : 24;
-  static constexpr int kConsumerRegs = kProducerDq ? 216 : 240;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
   // Note [dQ split]. dQ = dS K over all 128 keys of the block, split between the two groups. 64-query
   // tiles split its columns: group 0 adds [0, kDqSplit), group 1 [kDqSplit, D) (32 | 32, 32 | 48, 64 | 64),
   // each start on a swizzle chunk; both compute kDqN columns (group 0's last 16 at d = 80 are discarded),
@@ -106,9 +105,7 @@ struct BwdConfig {
   static constexpr int kFixedBytes = 2 * kKVBytes + 2 * kConsumers * kDSBytes + kConsumers * kDqStageBytes;
   static constexpr int kStageBytes = 2 * kQBytes + 2 * kRowBytes;
   static constexpr int kStagesFit = (227 * 1024 - 2048 - kFixedBytes) / kStageBytes;
-  // Note [dQ in the producer] wants three (at d = 128 they fit without the 2 KB of slack above; kSmemBytes is checked).
-  static constexpr int kStagesTight = (227 * 1024 - 1024 - 128 - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kProducerDq ? (kStagesTight >= 3 ? 3 : 2) : kStagesFit > 4 ? 4 : kStagesFit;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   // Shared memory (every tile 1024-byte aligned for the swizzle atoms): K, V, dS per consumer twice
   // (tiles alternate, Note [dS buffers]), the dQ staging per consumer, the Q and dO slots, then L and D
   // per slot, then the barriers.
@@ -120,14 +117,12 @@ struct BwdConfig {
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages + (kProducerDq ? 4 : 0)) * 8 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
   static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
   static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
   static_assert(kStages >= 2, "Q/dO need double buffering");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
-  // setmaxnreg moves registers within the block's allocation at launch: 168 per thread for 384 threads.
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= 168 * (kConsumers + 1), "the register split exceeds the block's");
   static_assert(D % 16 == 0 && D <= 256 && kDqSplit % 16 == 0 && kDqN % 16 == 0, "wgmma N is a multiple of 8");
   static_assert(kDqRowSplit || kDqSplit % kDqChunkCols == 0, "each group's dQ columns start on a reduce chunk");
 };
@@ -144,7 +139,6 @@ struct BwdMaps {
 // dQ staging filled (kBarDqFull + g) and free again (kBarDqEmpty + g), each between the group's 128
 // threads and the writer warp.
 constexpr int kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4, kDqBarThreads = 128 + 32;
-constexpr int kBarProducer = 6;  // Note [dQ in the producer]: warpgroup 0's 128 threads
 
 // Note [bwd grid order]. A 1-D grid. The (batch, head) pairs are cut into L2 sections of
 // heads_per_section heads whose Q, dO and dq_accum fit in L2 together (bwd_heads_per_section); a section's
@@ -188,8 +182,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
-  uint64_t* ds_full = q_empty + kStages;  // Note [dQ in the producer]: per dS buffer
-  uint64_t* ds_empty = ds_full + 2;
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -256,15 +248,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       mbar_init(&q_full[s], 1 + 32);
       mbar_init(&q_empty[s], 128 * C::kConsumers);
     }
-    for (int buf = 0; buf < (C::kProducerDq ? 2 : 0); ++buf) {
-      mbar_init(&ds_full[buf], 128 * C::kConsumers);
-      mbar_init(&ds_empty[buf], 128);
-    }
     mbar_init_fence();
   }
   __syncthreads();
 
-  // ---- The producer's pieces (used by the producer warps, or all of warpgroup 0 with Note [dQ in the producer]).
+  // ---- The producer's pieces (the producer warps below; Note [dQ in the producer] at 2a63626 used them in one warpgroup).
   // Q and dO of query tile m into slot it % kStages (one thread).
   auto load_q_do = [&](int it, int m) {
     const int s = it % kStages;
@@ -377,65 +365,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       tma_load_4d(sV + c * kBlockN * kSwB, &maps.v, kv_full, c * kSwE, n0, h, b);
     }
   };
-
-  if (C::kProducerDq && warpgroup == 0) {
-    // ---------------------------------------------------------------- producer and dQ
-    // Note [dQ in the producer]. Warpgroup 0 computes every tile's dQ = dS K (the part each consumer group computes
-    // in the shipped kernel, Note [dQ split], one after the other), stages it and adds it, and between tiles loads
-    // Q, dO, L and D: the consumers neither meet at a dS barrier nor wait for dQ. The dS buffers pass through
-    // mbarriers (ds_full: both consumer groups stored theirs; ds_empty: both dQ parts have read it). When both
-    // groups have stored tile it's dS they have finished tile it - 1, so its slot is free and takes tile
-    // it - 1 + kStages at once: with three slots the load has a tile and a half to land. Registers 72 / 216 / 216:
-    // one dQ part's 32 accumulators at a time; the consumers hold no dQ and no K (Note [K in registers]), and issue dV
-    // before dP^T is waited for (below).
-    regs_release<C::kProducerRegs>();
-    const int warp = threadIdx.x / 32;
-    const int n_tiles = m_tiles - m_first;
-    if (threadIdx.x == 0) {
-      load_kv();
-      for (int it = 0; it < (n_tiles < kStages ? n_tiles : kStages); ++it) load_q_do(it, m_first + it);
-    } else if (warp == 1) {
-      for (int it = 0; it < (n_tiles < kStages ? n_tiles : kStages); ++it) {
-        fetch_rows(m_first + it);
-        store_rows(it);
-      }
-      if (kStages < n_tiles) fetch_rows(m_first + kStages);
-    }
-    mbar_wait(kv_full, 0);
-    float acc[C::kDqN / 2];
-#pragma unroll 1
-    for (int it = 0; it < n_tiles; ++it) {
-      const int buf = it & 1, m = m_first + it;
-      mbar_wait(&ds_full[buf], (it / 2) & 1);
-      const int next = it - 1 + kStages;
-      if (it >= 1 && next < n_tiles) {
-        if (threadIdx.x == 0) load_q_do(next, m_first + next);
-        if (warp == 1) {
-          store_rows(next);
-          if (next + 1 < n_tiles) fetch_rows(m_first + next + 1);
-        }
-      }
-      const bool store = threadIdx.x == 0 && dq_tile_begin(m);
-#pragma unroll
-      for (int g = 0; g < C::kConsumers; ++g) {
-        wgmma_fence();
-        issue_dq(acc, buf, g);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(acc);
-        if (g == C::kConsumers - 1) mbar_arrive(&ds_empty[buf]);
-        if (threadIdx.x == 0) bulk_wait_read<1>();  // part g's add of the last tile has read the staging
-        named_sync(kBarProducer, 128);
-        stage_dq(acc, g);
-        fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
-        named_sync(kBarProducer, 128);
-        if (threadIdx.x == 0) dq_add_part(g, m, store);
-      }
-      if (threadIdx.x == 0) dq_tile_end(m, store);
-    }
-    if (threadIdx.x == 0) bulk_wait_all();
-    return;
-  }
 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
@@ -612,12 +541,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     else
       issue_kq(s_acc, k_group, q_slot);
     wgmma_commit();
-    if constexpr (!C::kProducerDq) {  // Note [dQ in the producer] issues dP^T after the exponentials
-      issue_kq(dp_acc, v_group, do_slot);
-      wgmma_commit();
-    }
+    issue_kq(dp_acc, v_group, do_slot);
+    wgmma_commit();
 
-    wgmma_wait<C::kProducerDq ? 0 : 1>();
+    wgmma_wait<1>();
     fence_regs(s_acc);
     // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked. Two
     // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
@@ -648,19 +575,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       softmax(std::true_type{});
     else
       softmax(std::false_type{});
-    if constexpr (C::kProducerDq) {
-      // Note [dQ in the producer]. S^T's fp32 values die (packed into P^T) before dP^T's accumulators are live: dP^T
-      // and dV are issued after the exponentials, so the consumers' 216 registers never hold S^T and dP^T at once
-      // beside dK and dV (the other group's GEMMs and warpgroup 0's dQ fill the tensor core meanwhile); dS takes
-      // P from the packed bf16 / fp16 values.
+    if constexpr (C::kEarlyDv) {
+      // Note [early dV] (variant). P^T is packed as soon as it is computed and dV issued behind dP^T, so the tensor
+      // core has dV queued while the dS arithmetic runs, and S^T's fp32 values die before dP^T's are read; dS
+      // then takes P from the packed values (one rounding more than from fp32).
 #pragma unroll
       for (int i = 0; i < kBlockM / 8; ++i) {
         p_frag[i / 2][(i % 2) * 2] = pack2<T>(s_acc[4 * i], s_acc[4 * i + 1]);
         p_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[4 * i + 2], s_acc[4 * i + 3]);
       }
       wgmma_fence();
-      issue_kq(dp_acc, v_group, do_slot);
-      wgmma_commit();
       issue_acc_rs(acc_dv, p_frag, do_slot);
       wgmma_commit();
       wgmma_wait<1>();  // dP^T done; dV may still run
@@ -677,23 +601,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         ds_frag[i / 2][(i % 2) * 2] = pack2<T>(dp_acc[4 * i], dp_acc[4 * i + 1]);
         ds_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(dp_acc[4 * i + 2], dp_acc[4 * i + 3]);
       }
-      // Warpgroup 0 has read this buffer's dS of tile it - 2; store this tile's, hand it over, and go on with dK:
-      // no wait for the other group, no dQ.
-      mbar_wait(&ds_empty[buf], ((it / 2) & 1) ^ 1);
-      store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
-      fence_proxy_async_smem();  // the stmatrix stores before the dQ wgmma (async proxy) reads them
-      mbar_arrive(&ds_full[buf]);
-      wgmma_fence();
-      issue_acc_rs(acc_dk, ds_frag, q_slot);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_dv);
-      fence_regs(acc_dk);
-      fence_regs(p_frag);
-      fence_regs(ds_frag);
-      mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
-      continue;
-    }
+    } else {
     wgmma_wait<0>();
     fence_regs(dp_acc);
     // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), one
@@ -714,6 +622,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
+    }
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
     if constexpr (!(C::kCut & kCutDsBarrier))
