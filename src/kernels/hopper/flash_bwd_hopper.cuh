@@ -49,7 +49,7 @@ enum BwdCut : int {
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone, bool kEarlyDv_ = false>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -76,8 +76,6 @@ struct BwdConfig {
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
   static constexpr int kRowBytes = kBlockM * 4;                 // L or D of one slot
-  // Note [early dV] (a measurement variant): P^T is packed and dV issued before dP^T is waited for.
-  static constexpr bool kEarlyDv = kEarlyDv_;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // The warpgroup index broadcast as warp-uniform (flash_bwd_hopper_kernel). Measured sustained on an H100
   // (docs/flash_notes.md, backward v5.2; results/h100_check/attention_v5_2): at d = 80 and 128 it is part of
@@ -200,48 +198,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   auto dq_col0 = [](int g) { return C::kDqRowSplit || g == 0 ? 0 : C::kDqSplit; };
   auto dq_cols_added = [](int g) { return C::kDqRowSplit ? D : g == 0 ? C::kDqSplit : C::kDqN; };
 
-  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes), kHiDs = desc_hi<128>(1024);
-  // dQ columns [col0, col0 + kDqN) of group g's 64 query rows = dS (those rows x 128 keys: both groups'
-  // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
-  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf, int g) {
-    constexpr int N = C::kDqN;
-    // Row split: group g's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
-    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(g) * 128;
-    const uint32_t k_cols = smem_addr(sK) + (dq_col0(g) / kSwE) * kBlockN * kSwB;
-    const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const int kg = kk / (C::kKeysPerGroup / 16), off = (kk % (C::kKeysPerGroup / 16)) * 32;
-      const uint64_t da = desc_at(a_lo, kHiDs, kg * C::kDSBytes + off);
-      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
-      wgmma_ss_bt<T, N>(acc, da, db, kk > 0);
-    }
-  };
-  // Group g's dQ tile into its staging (Note [dQ by TMA reduce]): 32-column chunks of 128-byte rows with the
-  // 128-byte swizzle; columns past what the group adds are dropped.
-  // Note [dQ pairs split]. Written by stmatrix with each fp32 value as one 4-byte element (8 stmatrix.x4 per thread
-  // and tile at d = 64 and 128, half the instructions of float2 stores for the same bytes; backward v5.4 in
-  // docs/flash_notes.md: the sustained backward -1.9 to -3.8 %). Tile j = 2 hr + e of an x4 holds rows +8 hr and pair
-  // element e (the fragment's acc[4 i + 2 hr + e]); lane 4 r + c's value, column 8 i + 2 c + e, lands at float 4 e + c
-  // of its 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row. So every 8-column
-  // group of the staging, and of dq_accum, holds columns 0 2 4 6 1 3 5 7; the conversion puts them back
-  // (run_bwd_steps).
-  auto stage_dq = [&](const float(&acc)[C::kDqN / 2], int g) {
-    const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-    unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
-    const int n_add = dq_cols_added(g);
-    const int j = lane / 8, r = lane % 8;  // this lane gives the address of row r of tile j
-    const uint32_t row_base = smem_addr(stage) + (warp * 16 + 8 * (j / 2) + r) * 128;
-#pragma unroll
-    for (int i = 0; i < C::kDqN / 8; ++i) {
-      if (8 * i >= n_add) continue;
-      const int chunk = (8 * i) / C::kDqChunkCols, unit = ((8 * i) % C::kDqChunkCols) / 4 + j % 2;
-      stmatrix_x4(row_base + chunk * C::kDqChunkBytes + ((unit ^ r) * 16), __float_as_uint(acc[4 * i]),
-                  __float_as_uint(acc[4 * i + 1]), __float_as_uint(acc[4 * i + 2]), __float_as_uint(acc[4 * i + 3]));
-    }
-  };
-
-
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
@@ -252,147 +208,124 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   }
   __syncthreads();
 
-  // ---- The producer's pieces (the producer warps below; Note [dQ in the producer] at 2a63626 used them in one warpgroup).
-  // Q and dO of query tile m into slot it % kStages (one thread).
-  auto load_q_do = [&](int it, int m) {
-    const int s = it % kStages;
-    mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
-    if ((C::kCut & kCutQdoLoad) && it >= kStages) {
-      mbar_arrive(&q_full[s]);
-      return;
-    }
-    mbar_arrive_expect_tx(&q_full[s], 2 * C::kQBytes);
-    for (int c = 0; c < kChunks; ++c) {
-      tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, m * kBlockM, h, b);
-      tma_load_4d(sdO + s * C::kQBytes + c * kBlockM * kSwB, &maps.dout, &q_full[s], c * kSwE, m * kBlockM, h, b);
-    }
-  };
-  // L (natural log, from the forward) goes into the exp2 domain here; rows past the end get L = +inf and D = 0, so
-  // their P and dS are exactly 0 without a row mask. One warp: fetch_rows(m) reads tile m's rows from global memory
-  // into registers, store_rows(it) puts them into slot it % kStages once it is free; the next tile's rows are
-  // fetched as soon as this one is stored, so the global latency hides under the wait for the next slot.
-  constexpr int kRowsPerLane = kBlockM / 32;
-  float l_next[kRowsPerLane], d_next[kRowsPerLane];
-  auto fetch_rows = [&](int m) {
-    const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
-    const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int r = 0; r < kRowsPerLane; ++r) {
-      const int row = m * kBlockM + lane + 32 * r;
-      l_next[r] = row < p.seqlen_q ? __ldg(gL + row) * static_cast<float>(M_LOG2E) : INFINITY;
-      d_next[r] = row < p.seqlen_q ? __ldg(gDsum + row) : 0.f;
-    }
-  };
-  auto store_rows = [&](int it) {
-    const int s = it % kStages, lane = threadIdx.x % 32;
-    mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
-#pragma unroll
-    for (int r = 0; r < kRowsPerLane; ++r) {
-      sL[s * kBlockM + lane + 32 * r] = l_next[r];
-      sDsum[s * kBlockM + lane + 32 * r] = d_next[r];
-    }
-    mbar_arrive(&q_full[s]);
-  };
-  // Note [deterministic dQ]. With p.dq_semaphore, every query tile has a counter of the key blocks that
-  // have added into it; block n waits until it reads n (acquire), adds, waits until its adds are done
-  // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
-  // order the blocks run in. Blocks of a head start in key-block order (Note [bwd grid order]) and
-  // block n - 1 is always ahead of block n, so the waits end; the cost is that block n trails n - 1.
-  const int64_t tiles64 = (p.seqlen_q + 63) / 64;
-  int* semaphore = p.dq_semaphore ? p.dq_semaphore + bh * tiles64 : nullptr;
-  // Note [dQ first store]. dq_accum is not zeroed when the caller gives p.dq_tile_ticket (or asks for the
-  // deterministic order): per query tile, the block that takes ticket 0 stores its partial dQ (TMA store,
-  // not reduce), waits until the store has landed and raises the tile's flag (release); every other block
-  // waits for the flag (acquire) before its first add. No wait can block for long: ticket 0 is taken by a
-  // running block whose store depends on nothing. In the deterministic order key block 0 is first in
-  // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
-  int* tickets = !semaphore && p.dq_tile_ticket ? p.dq_tile_ticket + bh * tiles64 * 2 : nullptr;
-  // The writer's steps for query tile m, all by one thread: take the turn or the ticket (true: this block's
-  // partial dQ of the tile is the first, so it is stored, not added), add or store part g, and after both parts
-  // release the turn or raise the flag.
-  auto dq_tile_begin = [&](int m) {
-    int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
-    int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] stored
-    bool store = false;
-    if (turn) {
-      while (ld_acquire_gpu(turn) != n_block) {
-      }
-      fence_proxy_async_global();  // the adds below (async proxy) after the acquire
-      store = n_block == 0;
-    } else if (ticket) {
-      store = atomicAdd(ticket, 1) == 0;
-      if (!store) {
-        while (ld_acquire_gpu(ticket + 1) == 0) {
-        }
-        fence_proxy_async_global();
-      }
-    }
-    return store;
-  };
-  auto dq_add_part = [&](int g, int m, bool store) {
-    const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
-    const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
-    for (int c = 0; c < (C::kCut & kCutDqAdd ? 0 : chunks); ++c) {
-      const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
-      if (store)
-        tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
-      else
-        tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
-    }
-    bulk_commit();
-  };
-  auto dq_tile_end = [&](int m, bool store) {
-    if (semaphore) {
-      bulk_wait_all();             // the adds are done, not only their reads of shared memory
-      fence_proxy_async_global();  // ... and ordered before the release below
-      red_release_add_gpu(semaphore + m * (kBlockM / 64), 1);
-    } else if (tickets && store) {
-      bulk_wait_all();  // the store has landed: the other blocks may add
-      fence_proxy_async_global();
-      st_release_gpu(tickets + m * (kBlockM / 64) * 2 + 1, 1);
-    }
-  };
-  auto load_kv = [&] {
-    tma_prefetch_map(&maps.q);
-    tma_prefetch_map(&maps.k);
-    tma_prefetch_map(&maps.v);
-    tma_prefetch_map(&maps.dout);
-    tma_prefetch_map(&maps.dq_accum);
-    mbar_arrive_expect_tx(kv_full, 2 * C::kKVBytes);
-    for (int c = 0; c < kChunks; ++c) {
-      tma_load_4d(sK + c * kBlockN * kSwB, &maps.k, kv_full, c * kSwE, n0, h, b);
-      tma_load_4d(sV + c * kBlockN * kSwB, &maps.v, kv_full, c * kSwE, n0, h, b);
-    }
-  };
-
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
     regs_release<C::kProducerRegs>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
-      load_kv();
-      for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) load_q_do(it, m);
-    } else if (warp == 1) {
-      fetch_rows(m_first);
+      tma_prefetch_map(&maps.q);
+      tma_prefetch_map(&maps.k);
+      tma_prefetch_map(&maps.v);
+      tma_prefetch_map(&maps.dout);
+      mbar_arrive_expect_tx(kv_full, 2 * C::kKVBytes);
+      for (int c = 0; c < kChunks; ++c) {
+        tma_load_4d(sK + c * kBlockN * kSwB, &maps.k, kv_full, c * kSwE, n0, h, b);
+        tma_load_4d(sV + c * kBlockN * kSwB, &maps.v, kv_full, c * kSwE, n0, h, b);
+      }
       for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
-        store_rows(it);
-        if (m + 1 < m_tiles) fetch_rows(m + 1);
+        const int s = it % kStages;
+        mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
+        if ((C::kCut & kCutQdoLoad) && it >= kStages) {
+          mbar_arrive(&q_full[s]);
+          continue;
+        }
+        mbar_arrive_expect_tx(&q_full[s], 2 * C::kQBytes);
+        for (int c = 0; c < kChunks; ++c) {
+          tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, m * kBlockM, h, b);
+          tma_load_4d(sdO + s * C::kQBytes + c * kBlockM * kSwB, &maps.dout, &q_full[s], c * kSwE, m * kBlockM, h, b);
+        }
+      }
+    } else if (warp == 1) {
+      // L (natural log, from the forward) goes into the exp2 domain here; rows past the end get L = +inf
+      // and D = 0, so their P and dS are exactly 0 without a row mask. The next tile's rows are loaded
+      // as soon as this one is stored, so the global latency hides under the wait for the next slot.
+      const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
+      const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
+      constexpr int kRowsPerLane = kBlockM / 32;
+      float l_next[kRowsPerLane], d_next[kRowsPerLane];
+      auto fetch = [&](int m) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerLane; ++r) {
+          const int row = m * kBlockM + lane + 32 * r;
+          l_next[r] = row < p.seqlen_q ? __ldg(gL + row) * static_cast<float>(M_LOG2E) : INFINITY;
+          d_next[r] = row < p.seqlen_q ? __ldg(gDsum + row) : 0.f;
+        }
+      };
+      fetch(m_first);
+      for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
+        const int s = it % kStages;
+        mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
+#pragma unroll
+        for (int r = 0; r < kRowsPerLane; ++r) {
+          sL[s * kBlockM + lane + 32 * r] = l_next[r];
+          sDsum[s * kBlockM + lane + 32 * r] = d_next[r];
+        }
+        mbar_arrive(&q_full[s]);
+        if (m + 1 < m_tiles) fetch(m + 1);
       }
     } else if (warp == 2) {
       // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
       // have read it, it is free again (not after the last tile: nobody waits for that).
+      if (lane == 0) tma_prefetch_map(&maps.dq_accum);
       static_assert(C::kConsumers == 2, "the writer's wait_group counts assume two groups");
       for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+      // Note [deterministic dQ]. With p.dq_semaphore, every query tile has a counter of the key blocks that
+      // have added into it; block n waits until it reads n (acquire), adds, waits until its adds are done
+      // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
+      // order the blocks run in. Blocks of a head start in key-block order (Note [bwd grid order]) and
+      // block n - 1 is always ahead of block n, so the waits end; the cost is that block n trails n - 1.
+      const int64_t tiles64 = (p.seqlen_q + 63) / 64;
+      int* semaphore = p.dq_semaphore ? p.dq_semaphore + bh * tiles64 : nullptr;
+      // Note [dQ first store]. dq_accum is not zeroed when the caller gives p.dq_tile_ticket (or asks for the
+      // deterministic order): per query tile, the block that takes ticket 0 stores its partial dQ (TMA store,
+      // not reduce), waits until the store has landed and raises the tile's flag (release); every other block
+      // waits for the flag (acquire) before its first add. No wait can block for long: ticket 0 is taken by a
+      // running block whose store depends on nothing. In the deterministic order key block 0 is first in
+      // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
+      int* tickets = !semaphore && p.dq_tile_ticket ? p.dq_tile_ticket + bh * tiles64 * 2 : nullptr;
       for (int m = m_first; m < m_tiles; ++m) {
-        const bool store = lane == 0 && dq_tile_begin(m);  // lane 0's
+        int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
+        int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] stored
+        bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
+        if (turn && lane == 0) {
+          while (ld_acquire_gpu(turn) != n_block) {
+          }
+          fence_proxy_async_global();  // the adds below (async proxy) after the acquire
+          store = n_block == 0;
+        } else if (ticket && lane == 0) {
+          store = atomicAdd(ticket, 1) == 0;
+          if (!store) {
+            while (ld_acquire_gpu(ticket + 1) == 0) {
+            }
+            fence_proxy_async_global();
+          }
+        }
         // Both groups' reduces are issued before either staging is waited for, so group 1's never queues
         // behind group 0's read.
         for (int g = 0; g < C::kConsumers; ++g) {
           named_sync(kBarDqFull + g, kDqBarThreads);
-          if (lane == 0) dq_add_part(g, m, store);
+          if (lane == 0) {
+            const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
+            const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
+            for (int c = 0; c < (C::kCut & kCutDqAdd ? 0 : chunks); ++c) {
+              const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
+              if (store)
+                tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+              else
+                tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+            }
+            bulk_commit();
+          }
         }
-        if (lane == 0) dq_tile_end(m, store);
+        if (turn && lane == 0) {
+          bulk_wait_all();             // the adds are done, not only their reads of shared memory
+          fence_proxy_async_global();  // ... and ordered before the release below
+          red_release_add_gpu(turn, 1);
+        } else if (ticket && store && lane == 0) {
+          bulk_wait_all();  // the store has landed: the other blocks may add
+          fence_proxy_async_global();
+          st_release_gpu(ticket + 1, 1);
+        }
         for (int g = 0; g < C::kConsumers; ++g) {
           if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();
           __syncwarp();
@@ -427,6 +360,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // S^T = K Q^T or dP^T = V dO^T (issue only): A = this group's 64 rows of K (V), B = the Q (dO) slot,
   // both K-major over the head dim.
   // Descriptors are built from their two words (desc_lo / desc_at, hopper_ptx.cuh): one add per k-step.
+  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes), kHiDs = desc_hi<128>(1024);
   auto issue_kq = [&](float(&acc)[kBlockM / 2], uint32_t a_base, uint32_t b_slot) {
     const uint32_t a_lo = desc_lo(a_base, 16), b_lo = desc_lo(b_slot, 16);
 #pragma unroll
@@ -463,6 +397,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       wgmma_rs<T, D>(acc, frag[kk], db, 1);
     }
   };
+  // dQ columns [col0, col0 + kDqN) of this group's 64 query rows = dS (those rows x 128 keys: both groups'
+  // tiles in buffer `buf`, K-major, 128-byte swizzle) * K (128 keys x kDqN, N-major).
+  auto issue_dq = [&](float(&acc)[C::kDqN / 2], int buf) {
+    constexpr int N = C::kDqN;
+    // Row split: this group's 64 query rows of both dS tiles (128-byte rows, 8-row atoms stay aligned).
+    const uint32_t ds_buf = smem_addr(smem + C::kOffDS + buf * C::kConsumers * C::kDSBytes) + dq_row0(wg) * 128;
+    const uint32_t k_cols = smem_addr(sK) + (dq_col0(wg) / kSwE) * kBlockN * kSwB;
+    const uint32_t a_lo = desc_lo(ds_buf, 16), b_lo = desc_lo(k_cols, kBlockN * kSwB);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const int g = kk / (C::kKeysPerGroup / 16), off = (kk % (C::kKeysPerGroup / 16)) * 32;
+      const uint64_t da = desc_at(a_lo, kHiDs, g * C::kDSBytes + off);
+      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
+      wgmma_ss_bt<T, N>(acc, da, db, kk > 0);
+    }
+  };
   // dS^T fragments -> ds_tile[query][key] (128-byte rows, 128-byte swizzle: 16-byte unit u of row r at
   // u ^ (r % 8)), the K-major A operand of dQ = dS K. ds_frag[j] holds the 8 x 8 tiles (query block 2j,
   // keys +0 / +8) and (2j + 1, +0 / +8); stmatrix's transposing store writes each tile's 8 query rows of 8
@@ -477,6 +427,29 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       stmatrix_x4_trans(base + q * 128, ds_frag[j][0], ds_frag[j][1], ds_frag[j][2], ds_frag[j][3]);
     }
   };
+  // This group's dQ tile into its staging (Note [dQ by TMA reduce]): 32-column chunks of 128-byte rows with the
+  // 128-byte swizzle; columns past what the group adds are dropped.
+  // Note [dQ pairs split]. Written by stmatrix with each fp32 value as one 4-byte element (8 stmatrix.x4 per thread
+  // and tile at d = 64 and 128, half the instructions of float2 stores for the same bytes; backward v5.4 in
+  // docs/flash_notes.md: the sustained backward -1.9 to -3.8 %). Tile j = 2 hr + e of an x4 holds rows +8 hr and pair
+  // element e (the fragment's acc[4 i + 2 hr + e]); lane 4 r + c's value, column 8 i + 2 c + e, lands at float 4 e + c
+  // of its 8-column group, in the 16-byte unit (8 i % 32) / 4 + e of the row, swizzled by the row. So every 8-column
+  // group of the staging, and of dq_accum, holds columns 0 2 4 6 1 3 5 7; the conversion puts them back
+  // (run_bwd_steps).
+  auto stage_dq = [&](const float(&acc)[C::kDqN / 2]) {
+    unsigned char* stage = smem + C::kOffDQ + wg * C::kDqStageBytes;
+    const int n_add = dq_cols_added(wg);
+    const int j = lane / 8, r = lane % 8;  // this lane gives the address of row r of tile j
+    const uint32_t row_base = smem_addr(stage) + (warp * 16 + 8 * (j / 2) + r) * 128;
+#pragma unroll
+    for (int i = 0; i < C::kDqN / 8; ++i) {
+      if (8 * i >= n_add) continue;
+      const int chunk = (8 * i) / C::kDqChunkCols, unit = ((8 * i) % C::kDqChunkCols) / 4 + j % 2;
+      stmatrix_x4(row_base + chunk * C::kDqChunkBytes + ((unit ^ r) * 16), __float_as_uint(acc[4 * i]),
+                  __float_as_uint(acc[4 * i + 1]), __float_as_uint(acc[4 * i + 2]), __float_as_uint(acc[4 * i + 3]));
+    }
+  };
+
   // Note [K in registers]. At d = 128 the consumers read ~256 KB of wgmma operands from shared memory per
   // 64-query tile (S^T, dP^T and dQ SS, dV and dK RS), and the sustained backward runs under the power cap
   // (docs/flash_notes.md), so fewer shared-memory bytes per FLOP should mean higher clocks. K's 64 rows of a
@@ -514,7 +487,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   auto hand_over_dq = [&] {
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
     if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      stage_dq(acc_dq, wg);
+      stage_dq(acc_dq);
     } else if constexpr (!(C::kCut & kCutDqGemm)) {
       // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
       // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
@@ -575,33 +548,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       softmax(std::true_type{});
     else
       softmax(std::false_type{});
-    if constexpr (C::kEarlyDv) {
-      // Note [early dV] (variant). P^T is packed as soon as it is computed and dV issued behind dP^T, so the tensor
-      // core has dV queued while the dS arithmetic runs, and S^T's fp32 values die before dP^T's are read; dS
-      // then takes P from the packed values (one rounding more than from fp32).
-#pragma unroll
-      for (int i = 0; i < kBlockM / 8; ++i) {
-        p_frag[i / 2][(i % 2) * 2] = pack2<T>(s_acc[4 * i], s_acc[4 * i + 1]);
-        p_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[4 * i + 2], s_acc[4 * i + 3]);
-      }
-      wgmma_fence();
-      issue_acc_rs(acc_dv, p_frag, do_slot);
-      wgmma_commit();
-      wgmma_wait<1>();  // dP^T done; dV may still run
-      fence_regs(dp_acc);
-#pragma unroll
-      for (int i = 0; i < kBlockM / 8; ++i) {
-        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float2 pr = unpack2<T>(p_frag[i / 2][(i % 2) * 2 + r]);
-          dp_acc[4 * i + 2 * r] = pr.x * (dp_acc[4 * i + 2 * r] - dsum.x);
-          dp_acc[4 * i + 2 * r + 1] = pr.y * (dp_acc[4 * i + 2 * r + 1] - dsum.y);
-        }
-        ds_frag[i / 2][(i % 2) * 2] = pack2<T>(dp_acc[4 * i], dp_acc[4 * i + 1]);
-        ds_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(dp_acc[4 * i + 2], dp_acc[4 * i + 3]);
-      }
-    } else {
     wgmma_wait<0>();
     fence_regs(dp_acc);
     // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), one
@@ -622,7 +568,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    }
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
     if constexpr (!(C::kCut & kCutDsBarrier))
@@ -636,7 +581,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
 
     wgmma_fence();
-    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf, wg);
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();

@@ -84,18 +84,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-// The two values pack2 packed, as floats (exact: every bf16 / fp16 value is a float).
-template <typename T>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  } else {
-    __half2 h;
-    memcpy(&h, &v, 4);
-    return __half22float2(h);
-  }
-}
-
 struct FwdMaps {
   CUtensorMap q, k, v;
 };
