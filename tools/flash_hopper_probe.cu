@@ -427,11 +427,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone, bool kDeferDq = false>
+template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut, kDeferDq>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
             });
           }};
 }
@@ -446,9 +446,6 @@ std::vector<BwdVariant> bwd_variants(int d) {
                                   run_hopper_bwd<__nv_bfloat16>(q);
                                 }}};
   if (d == 64) v.push_back(bwd_variant<64, 64>("m64"));
-  // Note [deferred dQ] with the first tile peeled (d = 64 serialises its wgmmas: not built there).
-  if (d == 80) v.push_back(bwd_variant<80, 64, 0, lk::hopper::kCutNone, true>("dqdefer"));
-  if (d == 128) v.push_back(bwd_variant<128, 64, 5, lk::hopper::kCutNone, true>("dqdefer"));
   // Note [K in registers] (backward v5.3), unless it is the shipped choice already.
   // (5 of K's 8 k-steps is the most that fits: with 6 or 8 ptxas serialises the wgmmas.) "ksmem": K all in
   // shared memory, the d = 128 kernel before v5.3.

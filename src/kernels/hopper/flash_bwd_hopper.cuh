@@ -49,7 +49,7 @@ enum BwdCut : int {
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
 // BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone, bool kDeferDq_ = false>
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -72,9 +72,6 @@ struct BwdConfig {
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
   static constexpr int kCut = kCut_;
-  // Note [deferred dQ] (a measurement variant): a tile's dQ is issued in the next tile, after its dV; the dS
-  // buffers pass between the groups by mbarriers instead of the groups' named barrier.
-  static constexpr bool kDeferDq = kDeferDq_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -118,7 +115,7 @@ struct BwdConfig {
   static constexpr int kOffL = kOffDO + kStages * kQBytes;
   static constexpr int kOffDsum = kOffL + kStages * kRowBytes;
   static constexpr int kBarrierOffset = kOffDsum + kStages * kRowBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages + (kDeferDq ? 4 : 0)) * 8 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + (1 + 2 * kStages) * 8 + 1024;
   static_assert(kBlockM == 64 || kBlockM == 128, "query tiles of 64 or 128 rows");
   static_assert(!kKInRegs || kSwizzleBytes == 128, "K's fragments are loaded from the 128-byte swizzle (d = 128)");
   static_assert(kKRegSteps >= 0 && kKRegSteps <= kKSteps, "kKRegSteps: 0 to D / 16 k-steps of K in registers");
@@ -183,8 +180,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // and D are ordered before its arrival (one arrival per thread, so no thread's reads are left to a warp
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
-  uint64_t* ds_full = q_empty + kStages;  // Note [deferred dQ]: per dS buffer, both groups stored / both read it
-  uint64_t* ds_empty = ds_full + 2;
 
   const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
   const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
@@ -208,10 +203,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&q_full[s], 1 + 32);
       mbar_init(&q_empty[s], 128 * C::kConsumers);
-    }
-    for (int buf = 0; buf < (C::kDeferDq ? 2 : 0); ++buf) {
-      mbar_init(&ds_full[buf], 128 * C::kConsumers);
-      mbar_init(&ds_empty[buf], 128 * C::kConsumers);
     }
     mbar_init_fence();
   }
@@ -508,8 +499,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
-  // A tile up to its dS stored and handed over (the dQ, dK and the slot's release follow in the loops below).
-  auto tile_front = [&](int it) {
+#pragma unroll 1
+  for (int it = 0; it < m_tiles - m_first; ++it) {
     const int s = it % kStages, buf = it & 1;
     const int m0 = (m_first + it) * kBlockM;
     const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
@@ -577,17 +568,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    // Note [deferred dQ]: both groups' dQ of tile it - 2 have read this buffer (passes at once for it < 2).
-    if constexpr (C::kDeferDq) mbar_wait(&ds_empty[buf], ((it / 2) & 1) ^ 1);
     if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    if constexpr (C::kDeferDq)
-      mbar_arrive(&ds_full[buf]);
-    else if constexpr (!(C::kCut & kCutDsBarrier))
+    if constexpr (!(C::kCut & kCutDsBarrier))
       named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
-  };
-  // dV retired before dQ is issued when K is in registers (Note [K in registers]).
-  auto retire_dv = [&] {
     if constexpr (C::kKInRegs) {
       // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
       // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
@@ -595,155 +579,21 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       fence_regs(acc_dv);
       fence_regs(p_frag);
     }
-  };
-  const int n_tiles = m_tiles - m_first;
-  if constexpr (C::kDeferDq) {
-    // Note [deferred dQ]. Tile it issues tile it - 1's dQ after its own dV and dS (from the other dS buffer, once
-    // both groups have stored it: ds_full), then dK; both groups' dQ reads free the buffer (ds_empty). The groups
-    // meet at no barrier, so one may run up to a tile ahead. The first tile has no dQ to issue and the last tile's
-    // follows the loop, each in its own code: with a branch around a wgmma ptxas serialises them all.
-    auto tile_back = [&](int it, auto with_dq) {
-      const int s = it % kStages, buf = it & 1;
-      const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes);
-      if constexpr (decltype(with_dq)::value) {
-        retire_dv();
-        mbar_wait(&ds_full[buf ^ 1], ((it - 1) / 2) & 1);
-        wgmma_fence();
-        issue_dq(acc_dq, buf ^ 1);
-        wgmma_commit();
-      }
-      wgmma_fence();
-      issue_acc_rs(acc_dk, ds_frag, q_slot);
-      wgmma_commit();
-      wgmma_wait<1>();  // dV (and dQ) done; dK may still run
-      fence_regs(acc_dv);
-      fence_regs(p_frag);
-      if constexpr (decltype(with_dq)::value) {
-        fence_regs(acc_dq);
-        mbar_arrive(&ds_empty[buf ^ 1]);
-        hand_over_dq();
-      }
-      wgmma_wait<0>();
-      fence_regs(acc_dk);
-      fence_regs(ds_frag);
-      mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
-    };
-    if (n_tiles > 0) {
-      tile_front(0);
-      tile_back(0, std::false_type{});
-    }
-#pragma unroll 1
-    for (int it = 1; it < n_tiles; ++it) {
-      tile_front(it);
-      tile_back(it, std::true_type{});
-    }
-    if (n_tiles > 0) {
-      const int last = n_tiles - 1;
-      mbar_wait(&ds_full[last & 1], (last / 2) & 1);
-      wgmma_fence();
-      issue_dq(acc_dq, last & 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_dq);
-      hand_over_dq();
-    }
-  } else {
-#pragma unroll 1
-    for (int it = 0; it < m_tiles - m_first; ++it) {
-      const int s = it % kStages, buf = it & 1;
-      const int m0 = (m_first + it) * kBlockM;
-      const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
-      const float* l_s = sL + s * kBlockM;
-      const float* dsum_s = sDsum + s * kBlockM;
-      float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
-      mbar_wait(&q_full[s], (it / kStages) & 1);
-      wgmma_fence();
-      if constexpr (C::kKInRegs)
-        issue_kq_regs(s_acc, q_slot);
-      else
-        issue_kq(s_acc, k_group, q_slot);
-      wgmma_commit();
-      issue_kq(dp_acc, v_group, do_slot);
-      wgmma_commit();
 
-      wgmma_wait<1>();
-      fence_regs(s_acc);
-      // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked. Two
-      // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
-      // inside it, ptxas predicated the mask's compares and selects, which then took issue slots on every tile
-      // (~190 of ~1,000 instructions per consumer warp and tile at d = 64: docs/flash_notes.md, v5.2).
-      const bool masked = key0 + C::kKeysPerGroup > p.seqlen_k || (Causal && m0 < key0 + C::kKeysPerGroup - 1);
-      auto softmax = [&](auto mask) {
-#pragma unroll
-        for (int i = 0; i < kBlockM / 8; ++i) {
-          const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float le = e ? l.y : l.x;
-            float pa = fast_exp2(fmaf(s_acc[4 * i + e], scale_log2, -le));
-            float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -le));
-            if constexpr (decltype(mask)::value) {
-              const int q = m0 + 8 * i + col_in_tile + e;
-              if (key_a >= p.seqlen_k || (Causal && key_a > q)) pa = 0.f;
-              if (key_b >= p.seqlen_k || (Causal && key_b > q)) pb = 0.f;
-            }
-            s_acc[4 * i + e] = pa;
-            s_acc[4 * i + 2 + e] = pb;
-          }
-        }
-      };
-      if (C::kCut & kCutSoftmax) {
-      } else if (masked)
-        softmax(std::true_type{});
-      else
-        softmax(std::false_type{});
-      wgmma_wait<0>();
-      fence_regs(dp_acc);
-      // dS^T = P^T ∘ (dP^T - D); P^T and dS^T into the A-fragment order (convert_p in the forward), one
-      // 8-column block at a time, so each block's fp32 values die as soon as they are packed.
-#pragma unroll
-      for (int i = 0; i < kBlockM / 8; ++i) {
-        const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
-#pragma unroll
-        for (int r = 0; r < (C::kCut & kCutSoftmax ? 0 : 2); ++r) {
-          dp_acc[4 * i + 2 * r] = s_acc[4 * i + 2 * r] * (dp_acc[4 * i + 2 * r] - dsum.x);
-          dp_acc[4 * i + 2 * r + 1] = s_acc[4 * i + 2 * r + 1] * (dp_acc[4 * i + 2 * r + 1] - dsum.y);
-        }
-        p_frag[i / 2][(i % 2) * 2] = pack2<T>(s_acc[4 * i], s_acc[4 * i + 1]);
-        p_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(s_acc[4 * i + 2], s_acc[4 * i + 3]);
-        ds_frag[i / 2][(i % 2) * 2] = pack2<T>(dp_acc[4 * i], dp_acc[4 * i + 1]);
-        ds_frag[i / 2][(i % 2) * 2 + 1] = pack2<T>(dp_acc[4 * i + 2], dp_acc[4 * i + 3]);
-      }
-      wgmma_fence();
-      issue_acc_rs(acc_dv, p_frag, do_slot);
-      wgmma_commit();
-      if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
-      fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-      if constexpr (!(C::kCut & kCutDsBarrier))
-        named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
-      if constexpr (C::kKInRegs) {
-        // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
-        // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
-        wgmma_wait<0>();
-        fence_regs(acc_dv);
-        fence_regs(p_frag);
-      }
-
-      wgmma_fence();
-      if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
-      wgmma_commit();
-      issue_acc_rs(acc_dk, ds_frag, q_slot);
-      wgmma_commit();
-      wgmma_wait<1>();  // dV and dQ done; dK may still run
-      fence_regs(acc_dq);
-      fence_regs(acc_dv);
-      fence_regs(p_frag);
-      hand_over_dq();
-      wgmma_wait<0>();
-      fence_regs(acc_dk);
-      fence_regs(ds_frag);
-      mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
-    }
+    wgmma_fence();
+    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
+    wgmma_commit();
+    issue_acc_rs(acc_dk, ds_frag, q_slot);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and dQ done; dK may still run
+    fence_regs(acc_dq);
+    fence_regs(acc_dv);
+    fence_regs(p_frag);
+    hand_over_dq();
+    wgmma_wait<0>();
+    fence_regs(acc_dk);
+    fence_regs(ds_frag);
+    mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
