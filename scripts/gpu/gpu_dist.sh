@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU run of the distributed part (2 GPUs): build, NCCL equivalence tests, `bench ddp` (+ PyTorch's
-# DDP on the same model), `bench comm` (NCCL, then Gloo), `bench zero`. Results (JSONL, MD), logs
+# GPU run of the distributed part (2 or 4 GPUs): build, NCCL equivalence tests, `bench ddp` (the
+# designs on the default step; + PyTorch's DDP and FSDP2 on the same model, eager and compiled),
+# `bench comm` (NCCL, then Gloo), `bench zero`. Results (JSONL, MD), logs
 # and gzipped Perfetto traces land in $OUT as at most 8 files. Run through the device tool on
 # nvidia-h200-x2 from a source tree (the repo, or a clean snapshot of it), e.g.
 #   LMSCALE_COMMIT=abc1234 bash scripts/gpu/gpu_dist.sh build tests ddp torch comm zero
@@ -38,7 +39,8 @@ phase_build() {
   log "build ($ROOT) targets: ${BUILD_TARGETS:-lmscale_cli lmscale_tests}"
   LMSCALE_BUILD_DIR=$B LMSCALE_PYTHON=$(command -v python3) LMSCALE_JOBS=${LMSCALE_JOBS:-30} \
     LMSCALE_BUILD_TARGETS="${BUILD_TARGETS:-lmscale_cli lmscale_tests}" \
-    LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" "$ROOT/lmscale" build \
+    LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" \
+    "$ROOT/lmscale" build \
     >"$OUT/logs/build.log" 2>&1 || grep -B2 -A12 "FAILED\|error:" "$OUT/logs/build.log" | head -n 60
   [[ -x $L ]] || { log "no CLI binary"; return 1; }
   python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'
@@ -46,22 +48,34 @@ phase_build() {
 }
 phase_tests() {
   log "dist tests (Gloo and NCCL)"
-  (cd $B && run ./lmscale_tests --gtest_filter='Dist*:Bucketing*' >"$OUT/logs/tests.log" 2>&1)
+  (cd $B && run ./lmscale_tests --gtest_filter='Dist*:Bucketing*:GradDestination*:DistributedOptimizer*' >>"$OUT/logs/tests.log" 2>&1)
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==" "$OUT/logs/tests.log"
 }
 phase_ddp() {
-  log "bench ddp"
-  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --trace-dir ../logs \
-    --impls single,overlap,bucketed,zero2 --bucket-mb 1,10,25,100,1000 --first-bucket-mb 1 --comm-dtype fp32,bf16 \
-    --trace-impls bucketed-100MB,bucketed-100MB-bf16,zero2-100MB --check-consistency 5 \
-    --out .) 2>&1 | tee "$OUT/logs/ddp.log" | grep -v "^\[rank [1-9]"
+  # The designs on the default step (bf16), the single-GPU step first in the same process group.
+  # DDP_ARGS replaces the design flags, e.g. DDP_ARGS="--impls single,zero1 --bucket-mb 25,100,250".
+  log "bench ddp on ${NPROC:-2} ranks"
+  (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision bf16 --trace-dir ../logs \
+    ${DDP_ARGS:---impls single,bucketed,zero1,zero2 --bucket-mb 100 --first-bucket-mb 1 --comm-dtype fp32,bf16 \
+    --trace-impls zero1-100MB-bf16 --check-consistency 5} \
+    --out .) 2>&1 | tee -a "$OUT/logs/ddp.log" | grep -v "^\[rank [1-9]"
   gzip -f "$OUT"/logs/*.json 2>/dev/null
 }
 phase_torch() {
   log "PyTorch baselines: DDP fp32, DDP bf16-compressed, FSDP2"
   (cd "$RES" && PYTHONPATH=$ROOT/python run python3 -m torch.distributed.run --nproc_per_node ${NPROC:-2} \
-    --master_port 29555 -m lmscale.baseline.ddp --size ${DDP_SIZE:-xl} --precision fp32,bf16 --out .) 2>&1 \
-    | tee "$OUT/logs/torch_ddp.log" | grep "^\[torch-\|Error"
+    --master_port 29555 -m lmscale.baseline.ddp --size ${DDP_SIZE:-xl} --precision ${TORCH_PRECISION:-bf16} \
+    --impls ${TORCH_IMPLS:-torch-single,torch-ddp,torch-fsdp2} --out .) 2>&1 \
+    | tee -a "$OUT/logs/torch_ddp.log" | grep "^\[torch-\|Error"
+}
+phase_torch_compile() {
+  # What a PyTorch user would pick: DDP and FSDP2 over a torch.compile'd model (bf16; compiling xl
+  # takes minutes on every rank).
+  log "PyTorch baselines compiled: single, DDP, FSDP2"
+  (cd "$RES" && PYTHONPATH=$ROOT/python run python3 -m torch.distributed.run --nproc_per_node ${NPROC:-2} \
+    --master_port 29556 -m lmscale.baseline.ddp --size ${DDP_SIZE:-xl} --precision bf16 --compile \
+    --impls ${TORCH_IMPLS:-torch-single,torch-ddp,torch-fsdp2} --out .) 2>&1 \
+    | tee -a "$OUT/logs/torch_ddp.log" | grep "^\[torch-\|Error"
 }
 phase_tuning() {
   # NCCL given fewer SMs and a high-priority stream, both ways, on the bf16 step (issue 18.1).

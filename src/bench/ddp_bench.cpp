@@ -26,9 +26,9 @@
 #include "core/error.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
+#include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
-#include "distributed/zero2.h"
 #include "results/table.h"
 #include "results/writer.h"
 #include "train/training_step.h"
@@ -48,34 +48,6 @@ struct Timing {
   int consistency_checks = 0;  // cross-rank parameter checks passed (--check-consistency)
 };
 
-// One data-parallel design as the timing loop sees it: what runs after backward (the wait for
-// communication), the optimizer step, and the gradient reset.
-struct Design {
-  DistributedDataParallel* ddp = nullptr;
-  distributed::Zero2* zero2 = nullptr;
-  void finish() {
-    if (ddp) ddp->finish_gradient_synchronization();
-    if (zero2) zero2->finish_gradient_synchronization();
-  }
-  void step(TrainingStep& ts) {
-    if (zero2)
-      zero2->step();
-    else
-      ts.optimizer().step();
-  }
-  void zero_grad(TrainingStep& ts) {
-    if (ddp)
-      ddp->zero_grad();
-    else if (zero2)
-      zero2->zero_grad();
-    else
-      ts.optimizer().zero_grad();
-  }
-};
-
-// Mean over the timed steps on this rank, then the slowest rank's value for each phase. Marks:
-// start | forward | backward | finish (the wait: communication not hidden by backward) | optimizer.
-// check_every > 0: after every check_every-th step the parameters are compared across ranks.
 // Mean of one value per rank (an all-reduce SUM on the group's device).
 double mean_over_ranks(const Group& g, double v) {
   at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(g.device));
@@ -84,14 +56,32 @@ double mean_over_ranks(const Group& g, double v) {
   return t.cpu().item<double>() / g.world_size;
 }
 
-Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, int steps, bool profile_last,
-                  const std::string& trace_path, int check_every, int loss_every,
+// What the forward reads of each parameter, named: its bf16 copy where the step keeps one (a sharded
+// design leaves the fp32 masters outside a rank's shard stale), else the parameter. Ranks must agree
+// on these after every step.
+std::vector<std::pair<std::string, at::Tensor>> forward_weights(TrainingStep& ts) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  const auto& copies = ts.bf16_copies();
+  size_t i = 0;
+  for (const auto& item : ts.model()->named_parameters()) {
+    if (i < copies.size() && copies[i].defined()) named.emplace_back(item.key() + " (bf16 copy)", copies[i]);
+    else named.emplace_back(item.key(), item.value());
+    ++i;
+  }
+  return named;
+}
+
+// The default training step (TrainingStep's forward and backward: fused kernels, fused loss) with a
+// data-parallel design around it. Mean over the timed steps on this rank, then the slowest rank's
+// value for each phase. Marks: start | forward | backward | synchronize (the wait: communication not
+// hidden by backward) | optimizer. check_every > 0: after every check_every-th step the weights the
+// forward reads are compared across ranks.
+Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Group& g, int warmup, int steps,
+                  bool profile_last, const std::string& trace_path, int check_every, int loss_every,
                   std::vector<std::pair<int, double>>* losses) {
   const auto dev = ts.setup().device;
   StepClock clock(dev);
   std::vector<double> sums(5, 0.0);
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
   int checks = 0;
   for (int i = 0; i < warmup + steps + (profile_last ? 1 : 0); ++i) {
     const bool profiling = profile_last && i == warmup + steps;
@@ -106,28 +96,25 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
     if (i == warmup) reset_peak_memory(dev);
     clock.clear();
     clock.mark();
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(dev.type(), ts.setup().precision);
-      loss = cross_entropy(ts.model()->forward(ts.inputs()), ts.targets());
-    }
+    ts.forward(StepMode::TrainStep);
     clock.mark();
-    loss.backward();
+    ts.backward();
     clock.mark();
-    design.finish();
+    dp.synchronize();
     clock.mark();
-    design.step(ts);
+    dp.step();
     clock.mark();
-    design.zero_grad(ts);
+    dp.zero_grad();
     clock.synchronize();
     if (profiling && !trace_path.empty()) prof::disableProfiler()->save(trace_path);
+    auto named = forward_weights(ts);
     distributed::inject_divergence(g, named, i + 1, ts.setup().model.name, ts.setup().context);
     if (check_every > 0 && (i + 1) % check_every == 0) {
       distributed::check_parameter_consistency(g, named, i + 1);
       ++checks;
     }
     if (loss_every > 0 && (i % loss_every == 0 || i + 1 == warmup + steps))
-      losses->emplace_back(i, mean_over_ranks(g, loss.detach().to(at::kDouble).cpu().item<double>()));
+      losses->emplace_back(i, mean_over_ranks(g, ts.last_loss().detach().to(at::kDouble).cpu().item<double>()));
     if (i < warmup || profiling) continue;
     sums[0] += clock.ms(0, 4);
     sums[1] += clock.ms(0, 2);
@@ -135,6 +122,7 @@ Timing time_steps(TrainingStep& ts, Design design, const Group& g, int warmup, i
     sums[3] += clock.ms(3, 4);
     sums[4] += clock.ms(1, 2);
   }
+  ts.release_loss();
   for (auto& s : sums) s /= steps;
   sums.push_back(double(memory_stats(dev).peak_allocated));
   auto m = distributed::max_over_ranks(g, sums);
@@ -161,10 +149,11 @@ double allreduce_seconds(const Group& g, int64_t bytes, int iters) {
 }
 
 struct Config {
-  std::string impl;      // single | naive | flat | overlap | bucketed | zero2
-  double bucket_mb = 0;  // bucketed and zero2
+  std::string impl;      // a design of distributed::data_parallel_designs()
+  double bucket_mb = 0;  // bucketed, zero1 and zero2
   std::string comm_dtype = "fp32";
-  bool bucketed() const { return impl == "bucketed" || impl == "zero2"; }
+  bool bucketed() const { return impl == "bucketed" || impl == "zero1" || impl == "zero2"; }
+  bool sharded() const { return impl == "zero1" || impl == "zero2"; }
   std::string label() const {
     std::string l = bucketed() ? impl + "-" + fmt(bucket_mb, bucket_mb < 1 ? 2 : 0) + "MB" : impl;
     return comm_dtype == "fp32" ? l : l + "-" + comm_dtype;
@@ -180,20 +169,16 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   for (const auto& d : o.comm_dtypes) distributed::parse_comm_dtype(d);  // validates
   std::vector<Config> configs;
   for (const auto& impl : o.impls) {
+    distributed::check_data_parallel_design(impl);
     if (impl == "single") {
       configs.push_back({impl});
       continue;
     }
-    if (impl == "zero2") {
-      for (double mb : o.bucket_mb) configs.push_back({"zero2", mb});
-      continue;
-    }
-    auto strategy = distributed::parse_ddp_strategy(impl);  // validates the name
     for (const auto& dtype : o.comm_dtypes) {
-      if (strategy == distributed::DdpStrategy::Bucketed)
-        for (double mb : o.bucket_mb) configs.push_back({"bucketed", mb, dtype});
+      if (impl == "bucketed" || impl == "zero1" || impl == "zero2")
+        for (double mb : o.bucket_mb) configs.push_back({impl, mb, dtype});
       else
-        configs.push_back({distributed::ddp_strategy_name(strategy), 0, dtype});
+        configs.push_back({impl, 0, dtype});
     }
   }
   const distributed::DistEnv env = distributed::env_from_environment();
@@ -219,7 +204,8 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   const double w = big / std::max(t_big - o_s, 1e-9);
 
   MarkdownTable table({"precision", "impl", "buckets", "step (ms)", "fwd+bwd (ms)", "exposed comm (ms)",
-                       "comm share", "vs single", "bwd slowdown", "sent/step", "peak mem", "model overhead (ms)"});
+                       "comm share", "vs single", "bwd slowdown", "sent/step", "peak mem", "optimizer state",
+                       "model overhead (ms)"});
   std::vector<Json> records;
   Json cell_extra = Json::object();  // fields of the cell being recorded (the consistency checks it passed)
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
@@ -252,7 +238,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     // Loss curves: each rank its own data, and every design from the same fresh model.
     if (o.loss_every > 0) setup.seed = static_cast<uint64_t>(g.rank);
     auto ts_owner = std::make_unique<TrainingStep>(setup);
-    std::vector<at::Tensor> params = ts_owner->model()->parameters(), buffers = ts_owner->model()->buffers();
+    std::vector<at::Tensor> params = ts_owner->model()->parameters();
     double s_bytes = 0;
     for (auto& p : params) s_bytes += p.numel() * p.element_size();
     double single_ms = NAN, single_bwd_ms = NAN, best_ms = INFINITY, best_mb = NAN;
@@ -260,40 +246,26 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
       if (o.loss_every > 0 && &c != &configs.front()) {
         ts_owner.reset();
         ts_owner = std::make_unique<TrainingStep>(setup);
-        params = ts_owner->model()->parameters();
-        buffers = ts_owner->model()->buffers();
       }
       TrainingStep& ts = *ts_owner;
       OpenLine line(std::cerr, lead, "[ddp] " + o.size + " " + prec + " " + c.label());
-      std::unique_ptr<DistributedDataParallel> ddp;
-      std::unique_ptr<distributed::Zero2> zero2;
-      int64_t n_b = -1;
+      std::unique_ptr<distributed::DataParallelStep> dp;
+      int64_t n_b = -1, state_bytes = 0, grad_bytes = 0;
       double sent_bytes = 0;  // per rank per step, ring algorithms (Note [bus bandwidth] in comm_bench.cpp)
       const double n = g.world_size;
       Timing t;
       bool oom = false;
       try {
-        if (c.impl == "zero2") {
-          distributed::Zero2Options zo;
-          zo.bucket_mb = c.bucket_mb;
-          zo.first_bucket_mb = o.first_bucket_mb;
-          zero2 = std::make_unique<distributed::Zero2>(params, buffers, g,
-                                                       torch::optim::AdamWOptions(1e-3).weight_decay(0.01), zo);
-          n_b = static_cast<int64_t>(zero2->bucket_assignment().size());
-          sent_bytes = double(zero2->payload_bytes_per_step()) * (n - 1) / n;
-        } else if (c.impl != "single") {
-          distributed::DdpOptions opts;
-          opts.strategy = distributed::parse_ddp_strategy(c.impl);
-          opts.bucket_mb = c.bucket_mb;
-          opts.first_bucket_mb = o.first_bucket_mb;
-          opts.comm_dtype = distributed::parse_comm_dtype(c.comm_dtype);
-          ddp = std::make_unique<DistributedDataParallel>(params, buffers, g, opts);
-          n_b = static_cast<int64_t>(ddp->bucket_assignment().size());
-          sent_bytes = double(ddp->payload_bytes_per_step()) * 2 * (n - 1) / n;
+        distributed::DataParallelOptions dpo;
+        dpo.bucket_mb = c.bucket_mb;
+        dpo.first_bucket_mb = o.first_bucket_mb;
+        dpo.comm_dtype = distributed::parse_comm_dtype(c.comm_dtype);
+        dp = distributed::make_data_parallel(c.impl, ts, g, dpo);
+        if (c.impl != "single") {
+          n_b = dp->buckets();
+          // All-reduce: 2(n-1)/n of the payload; reduce-scatter + all-gather: (n-1)/n of each.
+          sent_bytes = double(dp->payload_bytes_per_step()) * (c.sharded() ? 1 : 2) * (n - 1) / n;
         }
-        // The broadcast from rank 0 at construction wrote every parameter: the bf16 copies follow, or the
-        // Linears would cast every weight in every forward (TrainingStep::resync_weight_copies).
-        if (ddp || zero2) ts.resync_weight_copies();
         // Every rank runs the extra (profiled) step so the collectives stay matched; rank 0 records it.
         auto& ti = o.trace_impls;
         const bool trace = pi == 0 && !o.trace_dir.empty() &&
@@ -301,20 +273,19 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                             std::find(ti.begin(), ti.end(), c.label()) != ti.end());
         const std::string path = trace && lead ? o.trace_dir + "/ddp_" + c.label() + "_" + prec + ".json" : "";
         losses.clear();
-        t = time_steps(ts, Design{ddp.get(), zero2.get()}, g, o.warmup, o.steps, trace, path, o.check_consistency,
-                       o.loss_every, &losses);
+        t = time_steps(ts, *dp, g, o.warmup, o.steps, trace, path, o.check_consistency, o.loss_every, &losses);
+        state_bytes = dp->state_bytes();
+        grad_bytes = dp->grad_bytes();
         if (o.loss_every > 0) curves.emplace_back(prec + " " + c.label(), losses);
       } catch (const std::exception& e) {
         if (!is_out_of_memory(e)) throw;
         oom = true;
       }
-      ts.optimizer().zero_grad();  // drop .grad views so the bucket buffers can be freed
-      ddp.reset();
-      zero2.reset();
+      dp.reset();
       if (oom) {
         release_cached_memory(g.device);
         line.close("OOM");
-        table.add_row({prec, c.label(), "-", "OOM", "-", "-", "-", "-", "-", "-", "-", "-"});
+        table.add_row({prec, c.label(), "-", "OOM", "-", "-", "-", "-", "-", "-", "-", "-", "-"});
         continue;
       }
       const std::string impl = "lmscale-" + c.impl;
@@ -336,6 +307,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                      fmt(t.exposed_ms), fmt(100 * t.exposed_ms / t.step_ms, 1) + "%",
                      percent(vs_single), c.impl == "single" ? "-" : percent(bwd_slowdown),
                      c.impl == "single" ? "-" : fmt_bytes(sent_bytes), t.peak_bytes > 0 ? fmt_bytes(t.peak_bytes) : "-",
+                     fmt_bytes(double(state_bytes)),
                      (c.impl == "bucketed" && c.comm_dtype == "fp32" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
       record(impl, prec, &c, n_b, "step_ms", t.step_ms, "ms");
       record(impl, prec, &c, n_b, "fwd_bwd_ms", t.fwd_bwd_ms, "ms");
@@ -345,6 +317,8 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
       if (c.impl != "single" && !std::isnan(bwd_slowdown)) record(impl, prec, &c, n_b, "backward_slowdown", bwd_slowdown, "%");
       if (c.impl != "single") record(impl, prec, &c, n_b, "bytes_sent_per_step", sent_bytes, "bytes");
       if (t.peak_bytes > 0) record(impl, prec, &c, n_b, "peak_allocated", t.peak_bytes, "bytes");
+      record(impl, prec, &c, n_b, "optimizer_state_bytes", double(state_bytes), "bytes");
+      record(impl, prec, &c, n_b, "grad_bytes", double(grad_bytes), "bytes");
       if (!std::isnan(vs_single)) record(impl, prec, &c, n_b, "overhead_vs_single", vs_single, "%");
       for (const auto& [step, loss] : losses) record(impl, prec, &c, n_b, "loss", loss, "nats", Json{{field::step, step}});
       if (c.impl == "bucketed") record(impl, prec, &c, n_b, "model_overhead_ms", model_ms, "ms");
@@ -356,7 +330,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
     record("overhead-model", prec, nullptr, -1, "predicted_best_bucket", pred, "MB");
     if (!std::isnan(best_mb)) record("overhead-model", prec, nullptr, -1, "measured_best_bucket", best_mb, "MB");
     table.add_row({prec, "model: o=" + fmt(o_s * 1e6, 1) + "us w=" + fmt(w / 1e9, 1) + "GB/s s=" + fmt_bytes(s_bytes),
-                   "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                   "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                    "best bucket " + fmt(pred, 1) + " MB (measured " + (std::isnan(best_mb) ? "-" : fmt(best_mb, best_mb < 1 ? 2 : 0)) +
                        " MB)"});
   }

@@ -1,4 +1,4 @@
-// `lmscale bench ddp`: DDP policies vs one device (run under `lmscale launch -n 2 --`).
+// `lmscale bench ddp`: the data-parallel designs vs one device (run under `lmscale launch -n 2 --`).
 #include <torch/cuda.h>
 
 #include <iostream>
@@ -6,8 +6,9 @@
 #include "bench/ddp_bench.h"
 #include "cli/registry.h"
 #include "cli/step_args.h"
+#include "distributed/data_parallel.h"
 
-LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, bucketed vs single device", [](CLI::App& app) {
+LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and the distributed optimizer (zero1, zero2) vs one device", [](CLI::App& app) {
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
@@ -15,11 +16,11 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "DDP step time: naive, flat, overlap, buckete
   add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
                                   kReference,
                               kPrecision | kImpl,
-                              {"single", "naive", "flat", "overlap", "bucketed"},
-                              "DDP policies (single = one device, the baseline)",
+                              lmscale::distributed::data_parallel_designs(),
+                              "data-parallel designs (single = one device, the baseline; zero1/zero2 = the distributed optimizer)",
                               {"train-step"},
                               "train-step only: the designs differ in backward's communication and the step after it"});
-  app.add_option("--bucket-mb", o->bucket_mb, "bucket caps for 'bucketed' (MiB, comma list)")->delimiter(',')
+  app.add_option("--bucket-mb", o->bucket_mb, "bucket caps for bucketed, zero1 and zero2 (MiB, comma list)")->delimiter(',')
       ->check(at_least(1))->capture_default_str();
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
       ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();

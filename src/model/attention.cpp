@@ -143,7 +143,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const ops
                        qkv_dy_amax);
     } else if (copies && grad)
       qkv = linear_on_bf16_copy(xc, rows_alias(q_proj->weight_bf16),
-                                {q_proj->weight, k_proj->weight, v_proj->weight});
+                                {q_proj->weight, k_proj->weight, v_proj->weight}, q_proj->grad_destination);
     else if (grad)
       qkv = torch::linear(xc, StackedRows::apply(q_proj->weight, k_proj->weight, v_proj->weight));
     else

@@ -65,19 +65,45 @@ torch::Tensor weight_gradient_fp32(const torch::Tensor& dy2, const torch::Tensor
   return at::mm(dy2.t().to(torch::kFloat), x2.to(torch::kFloat));
 }
 
+// The slots a destination gives `weights` as one (sum of rows, cols) tensor when they are row blocks of
+// one contiguous tensor in order, in one dtype; undefined otherwise (autograd's .grad is used then).
+torch::Tensor stacked_slots(WeightGradDestination* destination, at::TensorList weights) {
+  if (!destination) return {};
+  std::vector<torch::Tensor> slots;
+  for (const auto& w : weights) {
+    auto s = destination->slot(w);
+    if (!s.defined() || !s.is_contiguous() || s.sizes() != w.sizes() ||
+        (s.scalar_type() != torch::kFloat && s.scalar_type() != torch::kBFloat16))
+      return {};
+    if (!slots.empty() && (s.scalar_type() != slots[0].scalar_type() || !s.storage().is_alias_of(slots[0].storage()) ||
+                           s.storage_offset() != slots.back().storage_offset() + slots.back().numel()))
+      return {};
+    slots.push_back(s);
+  }
+  int64_t rows = 0;
+  for (const auto& s : slots) rows += s.size(0);
+  const auto& first = slots.front();
+  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+}
+
 // See linear_on_bf16_copy (layers.h).
 struct LinearOnBf16Copy : torch::autograd::Function<LinearOnBf16Copy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& copy, at::TensorList weights);
+                               const torch::Tensor& copy, at::TensorList weights, WeightGradDestination* destination);
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g);
 };
 
 torch::Tensor LinearOnBf16Copy::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                        const torch::Tensor& copy, at::TensorList weights) {
+                                        const torch::Tensor& copy, at::TensorList weights,
+                                        WeightGradDestination* destination) {
   auto xb = x.to(torch::kBFloat16);
-  ctx->save_for_backward({xb, copy});
+  std::vector<torch::Tensor> saved{xb, copy};
+  // The weights themselves only to ask the destination for their slots (a saved leaf costs nothing).
+  if (destination) saved.insert(saved.end(), weights.begin(), weights.end());
+  ctx->save_for_backward(saved);
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
   ctx->saved_data["blocks"] = static_cast<int64_t>(weights.size());
+  ctx->saved_data["destination"] = reinterpret_cast<int64_t>(destination);
   return at::linear(xb, copy);
 }
 
@@ -87,6 +113,7 @@ torch::autograd::tensor_list LinearOnBf16Copy::backward(torch::autograd::Autogra
   const auto& xb = saved[0];
   const auto& copy = saved[1];
   const auto blocks = ctx->saved_data["blocks"].toInt();
+  auto* destination = reinterpret_cast<WeightGradDestination*>(ctx->saved_data["destination"].toInt());
   auto dy2 = g[0].to(torch::kBFloat16).reshape({-1, copy.size(0)});
   torch::autograd::tensor_list grads;
   if (ctx->needs_input_grad(0)) {
@@ -96,14 +123,29 @@ torch::autograd::tensor_list LinearOnBf16Copy::backward(torch::autograd::Autogra
     grads.emplace_back();
   }
   grads.emplace_back();  // the copy: a buffer, written by the optimizer, never trained
-  auto dw = weight_gradient_fp32(dy2, xb.reshape({-1, copy.size(1)}));
+  const auto x2 = xb.reshape({-1, copy.size(1)});
+  std::vector<torch::Tensor> weights(saved.begin() + 2, saved.end());
+  if (auto slot = stacked_slots(destination, weights); slot.defined()) {
+    // Straight into the destination: fp32 sums of bf16 products, written once in the slot's dtype.
+    if (slot.scalar_type() == torch::kBFloat16)
+      at::mm_out(slot, dy2.t(), x2);
+    else if (dy2.is_cuda())
+      at::mm_out(slot, dy2.t(), x2, torch::kFloat);
+    else
+      slot.copy_(weight_gradient_fp32(dy2, x2));
+    for (const auto& w : weights) destination->written(w);
+    for (int64_t i = 0; i < blocks; ++i) grads.emplace_back();
+    return grads;
+  }
+  auto dw = weight_gradient_fp32(dy2, x2);
   for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
   return grads;
 }
 }  // namespace
 
-torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights) {
-  return LinearOnBf16Copy::apply(x, copy, weights);
+torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights,
+                                  WeightGradDestination* destination) {
+  return LinearOnBf16Copy::apply(x, copy, weights, destination);
 }
 
 bool LinearImpl::bf16_copy_current() const {
@@ -159,7 +201,7 @@ torch::Tensor LinearImpl::forward_fp8(const torch::Tensor& x, const ops::Fp8Tens
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (uses_fp8(x)) return fp8_gemm(x, nullptr, {});
   if (bf16_copy_current() && torch::GradMode::is_enabled() && weight.requires_grad())
-    return linear_on_bf16_copy(x, weight_bf16, {weight});
+    return linear_on_bf16_copy(x, weight_bf16, {weight}, grad_destination);
   return torch::linear(x, autocast_weight());
 }
 

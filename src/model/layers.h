@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "model/grad_destination.h"
 #include "ops/fp8_amax.h"
 #include "ops/fp8_quantize.h"
 
@@ -77,6 +78,9 @@ class LinearImpl : public torch::nn::Module {
   torch::Tensor weight_bf16;                      // undefined unless attach_bf16_copy ran
   int64_t weight_bf16_version = -1;
   bool fp8 = false;
+  // Where the weight-gradient GEMM writes on the bf16-copy path (grad_destination.h); null: autograd's
+  // .grad. Set by TransformerLM::set_weight_grad_destination; the destination outlives its use.
+  WeightGradDestination* grad_destination = nullptr;
   // The amax of the FP8 casts' operands from the kernels that write them (fp8_amax_slot), instead of
   // a pass of its own per cast. Bit-identical either way; off only to compare the two.
   bool fp8_producer_amax = true;
@@ -99,8 +103,11 @@ TORCH_MODULE(Linear);
 // path; the difference is in backward: the weight gradient leaves the GEMM in fp32 (bf16 operands,
 // fp32 sums, fp32 output) and is split into the row blocks of `weights`, instead of being rounded
 // to bf16 and cast back up to fp32 by one more kernel per weight (xl: 241 copies, ~6 ms a step).
-// The input gradient is x's dtype, the copy gets none.
-torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights);
+// The input gradient is x's dtype, the copy gets none. With a destination that gives every weight a
+// slot, and the slots row blocks of one tensor in order, the GEMM writes the weight gradient there
+// (in the slots' dtype) and the weights get no autograd gradient (grad_destination.h).
+torch::Tensor linear_on_bf16_copy(const torch::Tensor& x, const torch::Tensor& copy, at::TensorList weights,
+                                  WeightGradDestination* destination = nullptr);
 
 class EmbeddingImpl : public torch::nn::Module {
  public:

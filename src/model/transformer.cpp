@@ -55,16 +55,33 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.size(1) <= config.context_length, "sequence length ", tokens.size(1),
               " exceeds the model's context length ", config.context_length,
               ": shorten the input or build the model with a longer context");
+  auto stage = [this](int64_t i) {
+    if (before_stage) before_stage(i);
+  };
+  stage(0);
   auto x = token_embeddings(tokens);
+  const int64_t L = static_cast<int64_t>(layers->size());
   if (fused_norms) {
     torch::Tensor delta;  // the residual stream is x + delta; each norm adds them as it reads them
     ops::Fp8AmaxSlot delta_dy_amax;  // the slot for delta's gradient amax, which the next norm writes
-    for (const auto& layer : *layers)
-      std::tie(x, delta) = layer->as<TransformerBlock>()->forward_fused_norms(x, delta, &delta_dy_amax);
+    for (int64_t i = 0; i < L; ++i) {
+      stage(i + 1);
+      std::tie(x, delta) = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward_fused_norms(x, delta, &delta_dy_amax);
+    }
+    stage(L + 1);
     return lm_head(ln_final->add_forward(x, delta, {}, delta_dy_amax).second);
   }
-  for (const auto& layer : *layers) x = layer->as<TransformerBlock>()->forward(x);
+  for (int64_t i = 0; i < L; ++i) {
+    stage(i + 1);
+    x = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward(x);
+  }
+  stage(L + 1);
   return lm_head(ln_final(x));
+}
+
+void TransformerLMImpl::set_weight_grad_destination(WeightGradDestination* destination) {
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* lin = m->as<LinearImpl>()) lin->grad_destination = destination;
 }
 
 void TransformerLMImpl::pack_qkv() {

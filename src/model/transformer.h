@@ -6,6 +6,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,6 +108,13 @@ class TransformerLMImpl : public torch::nn::Module {
   // inside the step's CUDA graph). The first call also marks the histories seeded, so the steps after
   // the first (which ran dynamic) write those operands in FP8 from their producers. No-op otherwise.
   void roll_fp8_histories();
+  // Every Linear's weight-gradient GEMM writes where `destination` says (grad_destination.h; null:
+  // autograd's .grad again). The caller keeps the destination alive while it is set.
+  void set_weight_grad_destination(WeightGradDestination* destination);
+  // Called by forward before each stage that reads parameters: 0 the embedding, 1..num_layers the
+  // blocks, num_layers + 1 the final norm and the head. A data-parallel optimizer waits there for the
+  // parameters it gathers, so each stage waits only for its own (empty: nothing is called).
+  std::function<void(int64_t stage)> before_stage;
   ModelConfig config;
   // Every delayed-scaling history of the model, one row per operand (use_fp8 allocates it; undefined
   // under dynamic scaling). The Linears hold views of its rows.

@@ -120,7 +120,8 @@ void TrainingStep::resync_weight_copies() {
   // Each Linear keeps a bf16 copy of its weight that the AdamW kernel rewrites after every update,
   // so bf16-autocast forwards stop casting ~all weights again each step (docs/training_step_notes.md).
   if (!uses_bf16_weight_copies()) return;
-  optimizer_->set_bf16_copies(model_->attach_bf16_copies());
+  bf16_copies_ = model_->attach_bf16_copies();
+  optimizer_->set_bf16_copies(bf16_copies_);
   if (is_fp8() && setup_.fp8.cached_weights) {
     torch::Tensor amax_buffer;
     auto derived = model_->attach_fp8_weights(amax_buffer, setup_.fp8.scaling == Fp8Scaling::kDelayed);

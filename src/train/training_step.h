@@ -101,6 +101,9 @@ class TrainingStep {
   // version moved), and the Linears then fall back to autocast's cast of every weight in every forward.
   // Measured on 2 H100s (docs/results/h100x2_dist_2026_11_26): XL bucketed DDP without it ran the slow path.
   void resync_weight_copies();
+  // The bf16 copy of each parameter (one per model parameter, undefined where none), as handed to the
+  // optimizer; empty when the step keeps none. A data-parallel optimizer takes them over.
+  const std::vector<torch::Tensor>& bf16_copies() const { return bf16_copies_; }
   bool is_fp8() const { return setup_.precision == c10::kFloat8_e4m3fn; }
   TransformerLM& model() { return model_; }
   FusedAdamW& optimizer() { return *optimizer_; }
@@ -121,6 +124,7 @@ class TrainingStep {
   TransformerLM model_{nullptr};
   std::unique_ptr<FusedAdamW> optimizer_;
   torch::Tensor inputs_, targets_, loss_;
+  std::vector<torch::Tensor> bf16_copies_;
   // Optimizer in backward: what the per-parameter hooks read. Armed only inside run(TrainStep), so
   // harnesses that call forward/backward/optimizer_step themselves get the ordinary step.
   struct InBackward {

@@ -6,6 +6,10 @@ Needs only torch. Runs over NCCL on GPUs and over Gloo on CPUs (a small check of
 
     torchrun --nproc-per-node 2 -m lmscale.baseline.ddp --size xl --precision fp32,bf16 --out results
 
+With ``--compile`` each design runs ``torch.compile`` over the wrapped model (DDP's graph is split at
+its buckets by PyTorch's DDPOptimizer; FSDP2 compiles over the sharded blocks), what a PyTorch user
+would pick; its impls are named ``torch-...-compile``.
+
 Per design it records (bench "ddp", rank 0 appends to <out>/ddp.jsonl, docs/results/SCHEMA.md): step_ms, backward_ms
 (the ``loss.backward()`` call: DDP's and FSDP's communication that the backward does not hide ends
 inside it), backward_slowdown against the single-device backward, bytes_sent_per_step per rank
@@ -130,6 +134,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (PyTorch's default 25)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the wrapped model (impls named torch-...-compile)")
     p.add_argument("--out", default="results")
     p.add_argument("--command", default=None, help="record this command instead of our own (shared run)")
     p.add_argument("--date", default=None, help="record this date instead of now (shared run)")
@@ -169,6 +174,8 @@ def main(argv=None):
                 torch.cuda.reset_peak_memory_stats(dev)
             model = wrap(impl, model, local, dev)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=cuda)
+            if a.compile:
+                model = torch.compile(model)
             step, bwd = time_steps(model, opt, ids, targets, dtype, a.warmup, a.steps)
             peak = torch.cuda.max_memory_allocated(dev) if cuda else None
             del model, opt
@@ -181,10 +188,11 @@ def main(argv=None):
                     metrics.append(("backward_slowdown", (bwd / single_bwd - 1) * 100, "%"))
             if peak is not None:
                 metrics.append(("peak_allocated", peak, "bytes"))
+            name = impl + ("-compile" if a.compile else "")
             if rank == 0:
-                print(f"[{impl}] {a.size} {prec}: step {step:.2f} ms, backward {bwd:.2f} ms", flush=True)
+                print(f"[{name}] {a.size} {prec}: step {step:.2f} ms, backward {bwd:.2f} ms", flush=True)
             for metric, value, unit in metrics:
-                r = {"schema": SCHEMA_VERSION, "bench": "ddp", "impl": impl, "status": "ok", "size": a.size, "precision": prec, "batch": a.batch,
+                r = {"schema": SCHEMA_VERSION, "bench": "ddp", "impl": name, "status": "ok", "size": a.size, "precision": prec, "batch": a.batch,
                      "context": a.context, "world": world, "backend": "nccl" if cuda else "gloo", "metric": metric,
                      "value": value, "unit": unit, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
                      "commit": commit, "date": date, "run": run, "command": command, "torch": torch.__version__}
