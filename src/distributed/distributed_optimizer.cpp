@@ -269,6 +269,9 @@ void DistributedOptimizer::step() {
   wait_for_all();  // the last step's all-gathers, if a forward did not wait for them
   local_->step();
   c10::NoGradGuard no_grad;
+  if (!local_->ran_kernel())  // ATen's AdamW (CPU, or the kernel off) leaves the copies to us
+    for (auto& b : buckets_)
+      if (b.gathers_copies) b.flat_copies.narrow(0, b.shard.offset, b.shard.size).copy_(b.shard_param);
   // In the order the next forward reads them: embedding and norms (the buckets without copies), then
   // the copy buckets from the first block's (the last index) to the head's.
   std::vector<size_t> order;

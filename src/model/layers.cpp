@@ -135,10 +135,11 @@ torch::autograd::tensor_list LinearOnBf16Copy::backward(torch::autograd::Autogra
       slot.copy_(weight_gradient_fp32(dy2, x2));
     for (const auto& w : weights) destination->written(w);
     for (int64_t i = 0; i < blocks; ++i) grads.emplace_back();
-    return grads;
+  } else {
+    auto dw = weight_gradient_fp32(dy2, x2);
+    for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
   }
-  auto dw = weight_gradient_fp32(dy2, x2);
-  for (auto& part : dw.chunk(blocks, 0)) grads.push_back(part);
+  grads.emplace_back();  // the destination: not a tensor
   return grads;
 }
 }  // namespace

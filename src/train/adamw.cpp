@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/fused_adamw.h"
 
@@ -66,6 +67,21 @@ void FusedAdamW::update(const std::vector<size_t>& which, bool advance_kernel_st
   }
   // The fused kernel reads `step` but does not advance it (torch.optim advances it first, too).
   at::_foreach_add_(s, 1);
+  if (p.front().is_cpu()) {
+    // On the CPU, torch.optim.AdamW's own op sequence: each op rounds an element the same wherever it
+    // sits in its tensor, where ATen's fused CPU kernel rounds a tensor's vector body and scalar tail
+    // differently (by an ulp), so a sharded update (distributed/distributed_optimizer.h) would not
+    // reproduce the unsharded one bit for bit.
+    for (size_t k = 0; k < p.size(); ++k) {
+      const double t = s[k].item<double>();
+      const double bc1 = 1 - std::pow(opt_.beta1, t), bc2 = 1 - std::pow(opt_.beta2, t);
+      p[k].mul_(1 - opt_.lr * opt_.weight_decay);
+      m[k].mul_(opt_.beta1).add_(g[k], 1 - opt_.beta1);
+      v[k].mul_(opt_.beta2).addcmul_(g[k], g[k], 1 - opt_.beta2);
+      p[k].addcdiv_(m[k], (v[k].sqrt() / std::sqrt(bc2)).add_(opt_.eps), -opt_.lr / bc1);
+    }
+    return;
+  }
   at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, opt_.lr, opt_.beta1, opt_.beta2, opt_.weight_decay,
                     opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }

@@ -1,8 +1,9 @@
 // AdamW with torch.optim.AdamW semantics (decoupled weight decay, bias correction). On CUDA with the
 // lmscale kernels (use_kernel, the default) it runs the multi-tensor kernel of src/kernels/
 // fused_adamw.cu, which also writes the bf16 copy of each weight that bf16-autocast matmuls read
-// (set_bf16_copies); otherwise ATen's fused call (_fused_adamw_). Both are a handful of launches per
-// step and capturable in a CUDA graph (the step counter lives on the device).
+// (set_bf16_copies); otherwise ATen's fused call (_fused_adamw_) on a GPU, and torch.optim.AdamW's op
+// sequence on the CPU. The GPU paths are a handful of launches per step and capturable in a CUDA
+// graph (the step counter lives on the device).
 // Checked against libtorch's torch::optim::AdamW and an fp64 reference in tests/cpp/train/.
 #pragma once
 #include <ATen/core/Tensor.h>
