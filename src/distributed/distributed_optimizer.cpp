@@ -170,7 +170,15 @@ DistributedOptimizer::DistributedOptimizer(std::vector<at::Tensor> params, std::
     if (b.gathers_copies) b.flat_copies.copy_(b.flat_params);  // the copies of rank 0's weights
   local_ = std::make_unique<FusedAdamW>(shards, options_.adamw, options_.use_kernel);
   local_->set_bf16_copies(shard_copies);
-  hooks_.add(params_, [this](size_t i) { take_autograd_grad(i); });
+  hooks_.add(params_, [this](size_t i) {
+    // A weight the GEMM wrote into its slot still passes through autograd's accumulator, with no
+    // gradient: it is ready already.
+    if (!params_[i].grad().defined()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (schedule_.is_ready(i)) return;
+    }
+    take_autograd_grad(i);
+  });
   reset_step();
 }
 
