@@ -1,7 +1,7 @@
 // The distributed optimizer must reproduce unsharded fused AdamW bit for bit when gradients travel in
 // fp32 (2 and 3 real processes over Gloo, both layouts): gradients from a real backward (the
-// readiness hooks) and, for one parameter, written straight into its slot as the Linear GEMMs write
-// them (slot + written); built so that they sum exactly in any order (small integers times 2^-10);
+// readiness hooks) and, for one parameter, written straight into its slot inside backward as the
+// Linear GEMMs write them (slot + written, then autograd's accumulator with no gradient); built so that they sum exactly in any order (small integers times 2^-10);
 // with a frozen parameter, one unused on a rank, sizes that do not split evenly, three parameters
 // that are adjacent row blocks of one tensor (packed q, k, v: they must stay adjacent), and bf16
 // copies, which are what ranks gather for the parameters that have them. Also: 1/N of the AdamW
@@ -50,12 +50,35 @@ at::Tensor coef(uint64_t seed, int step, int rank, size_t k, c10::Device dev) {
   return (torch::randint(-1000, 1000, kShapes[k]).to(torch::kFloat) * (1.0 / 1024)).to(dev);
 }
 
-// Loss on `rank`: the gradient of each used parameter is its coefficient tensor, exactly. B is left
-// out of the autograd loss: its gradient is written into the optimizer's slot directly.
-at::Tensor loss_of(const Model& m, uint64_t seed, int step, int rank, c10::Device dev, bool with_b) {
+// B's term: like a Linear's weight-gradient GEMM with a destination, its backward writes the gradient
+// (the coefficient tensor) into the optimizer's slot, calls written(), and hands autograd none: B's
+// accumulator then still runs (and its readiness hook fires) with no gradient.
+struct WriteIntoSlot : torch::autograd::Function<WriteIntoSlot> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& w, const at::Tensor& grad,
+                            DistributedOptimizer* opt) {
+    ctx->save_for_backward({w, grad});
+    ctx->saved_data["opt"] = reinterpret_cast<int64_t>(opt);
+    return (w * 0).sum();
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list) {
+    auto saved = ctx->get_saved_variables();
+    auto* opt = reinterpret_cast<DistributedOptimizer*>(ctx->saved_data["opt"].toInt());
+    at::Tensor slot = opt->slot(saved[0]);
+    TORCH_CHECK(slot.defined(), "no slot for B");
+    slot.copy_(saved[1]);
+    opt->written(saved[0]);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Loss on `rank`: the gradient of each used parameter is its coefficient tensor, exactly; B's goes
+// through WriteIntoSlot when an optimizer is given.
+at::Tensor loss_of(const Model& m, uint64_t seed, int step, int rank, c10::Device dev,
+                   DistributedOptimizer* opt = nullptr) {
   at::Tensor loss = (m.p[FROZEN] * coef(seed, step, rank, FROZEN, dev)).sum();
   for (size_t k : {A, Q, K, V, C, E}) loss = loss + (m.p[k] * coef(seed, step, rank, k, dev)).sum();
-  if (with_b) loss = loss + (m.p[B] * coef(seed, step, rank, B, dev)).sum();
+  if (opt) loss = loss + WriteIntoSlot::apply(m.p[B], coef(seed, step, rank, B, dev), opt);
+  else loss = loss + (m.p[B] * coef(seed, step, rank, B, dev)).sum();
   if (rank == 0) loss = loss + (m.p[D] * coef(seed, step, rank, D, dev)).sum();
   return loss;
 }
@@ -89,16 +112,12 @@ void run(const Group& g, ShardLayout layout, CommDtype comm, double bucket_mb, d
       << label << ": the q, k, v copies split";
   const at::Tensor frozen_before = ref.p[FROZEN].clone();
   for (int step = 0; step < 5; ++step) {
-    for (int r = 0; r < g.world_size; ++r) loss_of(ref, seed, step, r, g.device, true).backward();
+    for (int r = 0; r < g.world_size; ++r) loss_of(ref, seed, step, r, g.device).backward();
     for (auto& p : ref.trainable()) p.mutable_grad().div_(g.world_size);
     ref_opt.step();
     ref_opt.zero_grad();
 
-    loss_of(mine, seed, step, g.rank, g.device, false).backward();
-    at::Tensor slot = opt.slot(mine.p[B]);
-    ASSERT_TRUE(slot.defined()) << label;
-    slot.copy_(coef(seed, step, g.rank, B, g.device));
-    opt.written(mine.p[B]);
+    loss_of(mine, seed, step, g.rank, g.device, &opt).backward();
     opt.step();
     opt.wait_for_all();
     opt.zero_grad();
