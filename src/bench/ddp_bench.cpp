@@ -108,9 +108,11 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
     clock.synchronize();
     if (profiling && !trace_path.empty()) prof::disableProfiler()->save(trace_path);
     auto named = forward_weights(ts);
-    distributed::inject_divergence(g, named, i + 1, ts.setup().model.name, ts.setup().context);
     // The single design runs each rank alone: nothing keeps its weights equal to the others'.
-    if (check_every > 0 && (i + 1) % check_every == 0 && dp.name() != "single") {
+    const bool check = check_every > 0 && (i + 1) % check_every == 0 && dp.name() != "single";
+    if (check || i == 0) dp.wait_for_parameters();  // what is read below is current, not still arriving
+    distributed::inject_divergence(g, named, i + 1, ts.setup().model.name, ts.setup().context);
+    if (check) {
       distributed::check_parameter_consistency(g, named, i + 1);
       ++checks;
     }

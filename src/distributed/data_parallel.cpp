@@ -89,6 +89,7 @@ class ShardedStep : public DataParallelStep {
   void synchronize() override { opt_->finish_gradient_synchronization(); }
   void step() override { opt_->step(); }
   void zero_grad() override { opt_->zero_grad(); }
+  void wait_for_parameters() override { opt_->wait_for_all(); }
   void set_lr(double lr) override { opt_->set_lr(lr); }
   int64_t state_bytes() const override { return opt_->state_bytes(); }
   int64_t grad_bytes() const override { return opt_->grad_bytes(); }

@@ -25,6 +25,10 @@ class DataParallelStep {
   // The optimizer on what this rank updates; afterwards every rank can run the next forward.
   virtual void step() = 0;
   virtual void zero_grad() = 0;
+  // Makes the current stream wait until every parameter the forward reads is current on this rank
+  // (a sharded design gathers them behind the step and the next forward waits stage by stage):
+  // call it before reading or writing parameters outside a forward.
+  virtual void wait_for_parameters() {}
   virtual void set_lr(double lr) = 0;
   // Bytes this rank holds between steps: optimizer state, and gradients.
   virtual int64_t state_bytes() const = 0;
