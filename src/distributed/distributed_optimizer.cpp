@@ -155,13 +155,30 @@ DistributedOptimizer::DistributedOptimizer(std::vector<at::Tensor> params, std::
     bucket.shard_param.mutable_grad() = at::zeros({bucket.shard.size}, opts);
     bucket.shard_grad_comm = comm == at::kFloat ? bucket.shard_param.grad()
                                                 : at::zeros({bucket.shard.size}, opts.dtype(comm));
-    if (options_.layout == ShardLayout::Zero1) bucket.grads = at::zeros({bucket.shard.padded_total}, opts.dtype(comm));
+    // Persistent gradient buffers: every bucket under ZeRO-1; under ZeRO-2 the buckets without copies (the
+    // embedding and norms: filled from the first to the last moment of backward, and small).
+    if (options_.layout == ShardLayout::Zero1 || !bucket.gathers_copies)
+      bucket.grads = at::zeros({bucket.shard.padded_total}, opts.dtype(comm));
     to_broadcast.push_back(bucket.flat_params);
     shards.push_back(bucket.shard_param);
     shard_copies.push_back(bucket.gathers_copies ? bucket.flat_copies.narrow(0, bucket.shard.offset, bucket.shard.size)
                                                  : at::Tensor());
     buckets_.push_back(std::move(bucket));
   }
+  if (options_.layout == ShardLayout::Zero2) {
+    // Note [ZeRO-2 gradient ring]: the copy buckets' gradients go through grad_ring_slots reusable buffers of the
+    // largest such bucket, in bucket order, instead of one caching-allocator block per bucket per step: a
+    // freed block that NCCL still reads cannot serve the backward's next allocations, which then wait or grow
+    // the pool. Bucket b takes slot b mod k once bucket b - k's reduce-scatter is sent; the stream writing
+    // into it first waits for that reduce-scatter (a stream wait). DeepSpeed's ZeRO-2 double-buffers likewise.
+    int64_t largest = 0;
+    for (const auto& b : buckets_)
+      if (b.gathers_copies) largest = std::max(largest, b.shard.padded_total);
+    if (largest > 0)
+      for (size_t k = 0; k < options_.grad_ring_slots; ++k)
+        ring_.push_back(at::empty({largest}, params_.front().options().requires_grad(false).dtype(comm)));
+  }
+  launched_.assign(buckets_.size(), false);
   for (const auto& p : params_)
     if (!p.requires_grad()) to_broadcast.push_back(p);
   to_broadcast.insert(to_broadcast.end(), buffers.begin(), buffers.end());
@@ -207,8 +224,17 @@ void DistributedOptimizer::take_autograd_grad(size_t i) {
 }
 
 at::Tensor& DistributedOptimizer::bucket_grads(Bucket& b) {
-  if (!b.grads.defined()) {  // ZeRO-2: this step's buffer, allocated at the bucket's first gradient
-    b.grads = at::empty({b.shard.padded_total}, b.shard_grad_comm.options());
+  if (!b.grads.defined()) {  // ZeRO-2: this step's buffer, taken at the bucket's first gradient
+    const size_t index = static_cast<size_t>(&b - buckets_.data());
+    const size_t k = ring_.size();
+    if (k > 0 && (index < k || launched_[index - k])) {
+      // The slot's last bucket has been sent: the writes that follow wait for its reduce-scatter.
+      if (index >= k && buckets_[index - k].reduce) buckets_[index - k].reduce->wait();
+      b.grads = ring_[index % k].narrow(0, 0, b.shard.padded_total);
+    } else {
+      // Out of order (the slot's bucket still filling): a buffer of its own for this step.
+      b.grads = at::empty({b.shard.padded_total}, b.shard_grad_comm.options());
+    }
     const int64_t end = b.offsets.back() + params_[b.variables.back()].numel();
     if (end < b.shard.padded_total) b.grads.narrow(0, end, b.shard.padded_total - end).zero_();
   }
@@ -247,8 +273,10 @@ void DistributedOptimizer::launch_ready_buckets_in_order() {
   schedule_.launch_ready_in_order([this](size_t index) {
     Bucket& b = buckets_[index];
     b.reduce = group_.backend->_reduce_scatter_base(b.shard_grad_comm, bucket_grads(b));
-    // ZeRO-2: the full-size gradients are not kept; the collective holds the buffer until it is done.
-    if (options_.layout == ShardLayout::Zero2) b.grads = at::Tensor();
+    launched_[index] = true;
+    // ZeRO-2: the full-size gradients are not kept (a ring slot goes to a later bucket; a buffer of its own is
+    // held by the collective until it is done).
+    if (options_.layout == ShardLayout::Zero2 && b.gathers_copies) b.grads = at::Tensor();
     if (!in_finish_) ++launched_during_backward_;
   });
 }
@@ -326,6 +354,7 @@ void DistributedOptimizer::zero_grad() {
 
 void DistributedOptimizer::reset_step() {
   schedule_.start_step();
+  std::fill(launched_.begin(), launched_.end(), false);
   finished_ = false;
   last_launched_during_backward_ = launched_during_backward_;
   launched_during_backward_ = 0;
@@ -341,6 +370,12 @@ int64_t DistributedOptimizer::grad_bytes() const {
       bytes += b.shard_grad_comm.numel() * b.shard_grad_comm.element_size();
     if (b.grads.defined()) bytes += b.grads.numel() * b.grads.element_size();
   }
+  return bytes + ring_bytes();
+}
+
+int64_t DistributedOptimizer::ring_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& r : ring_) bytes += r.numel() * r.element_size();
   return bytes;
 }
 

@@ -4,8 +4,9 @@
 // all-gathered bucket by bucket in the order the next forward needs them (the bf16 copies when the
 // step keeps them: half the bytes of fp32). The Linear layers' weight-gradient GEMMs write straight
 // into the bucket buffers in the communication dtype (model/grad_destination.h): no .grad, no copy,
-// no cast pass. Two layouts: ZeRO-1 keeps each bucket's full gradient buffer between steps; ZeRO-2
-// allocates it when backward first writes into it and lets it go once its reduce-scatter is sent.
+// no cast pass. Two layouts: ZeRO-1 keeps each bucket's full gradient buffer between steps; ZeRO-2 passes
+// the large buckets through a ring of a few reusable buffers, each taken when backward first writes into
+// a bucket and handed on once that bucket's reduce-scatter is sent.
 // See Note [distributed optimizer layout] in distributed_optimizer.cpp.
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -42,6 +43,9 @@ struct DistributedOptimizerOptions {
   // NCCL sums in bf16; the shard is averaged into fp32 before AdamW.
   CommDtype comm_dtype = CommDtype::Fp32;
   AdamWOptions adamw;
+  // ZeRO-2: reusable gradient buffers the copy buckets take in turn (Note [ZeRO-2 gradient ring]); 0: a
+  // fresh buffer per bucket per step from the caching allocator.
+  size_t grad_ring_slots = 3;
   bool use_kernel = true;  // the fused AdamW kernel where it can run (CUDA), else ATen's
 };
 
@@ -80,6 +84,8 @@ class DistributedOptimizer : public WeightGradDestination {
 
   // Bytes this rank holds between steps: gradients (shard + persistent buckets), optimizer state.
   int64_t grad_bytes() const;
+  // Of which ZeRO-2's reusable ring of gradient buffers (a few buckets' worth, whatever the model size).
+  int64_t ring_bytes() const;
   int64_t state_bytes() const { return local_->state_bytes(); }
   // Bytes this rank hands to the collectives per step (reduce-scatter inputs + all-gather outputs).
   int64_t payload_bytes_per_step() const;
@@ -116,6 +122,10 @@ class DistributedOptimizer : public WeightGradDestination {
   std::unique_ptr<FusedAdamW> local_;
   std::vector<std::vector<size_t>> assignment_;
   std::vector<Bucket> buckets_;
+  // ZeRO-2: reusable gradient buffers for the copy buckets (Note [ZeRO-2 gradient ring]), and which buckets
+  // have been sent in this step.
+  std::vector<at::Tensor> ring_;
+  std::vector<bool> launched_;
   std::vector<size_t> bucket_of_, slot_of_;  // per parameter: its bucket and place in it
   std::unordered_map<const void*, size_t> index_of_;  // TensorImpl → parameter index
   BucketSchedule schedule_;
