@@ -1,6 +1,6 @@
-// ZeRO memory/time benchmark; see zero_bench.h. Every configuration uses libtorch's
-// torch::optim::AdamW (through ShardedOptimizer's factory or ZeRO-2 when sharded), so the time
-// ratio isolates sharding, not the optimizer kernel.
+// ZeRO memory/time benchmark; see zero_bench.h. unsharded, zero1 and zero2 run the default step
+// (fused kernels, the step's fused AdamW; distributed/data_parallel.h), so their ratio isolates sharding;
+// zero1-broadcast and zero1-reduce-scatter are the assignment's ZeRO-1 around libtorch's AdamW.
 #include "bench/zero_bench.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -16,7 +16,7 @@
 #include "distributed/ddp.h"
 #include "distributed/fault.h"
 #include "distributed/sharded_optimizer.h"
-#include "distributed/zero2.h"
+#include "distributed/data_parallel.h"
 #include "results/table.h"
 #include "results/writer.h"
 #include "train/training_step.h"
@@ -48,6 +48,10 @@ int64_t adamw_state_bytes(const torch::optim::Optimizer& opt) {
   return b;
 }
 
+// The designs on the default step (distributed/data_parallel.h): unsharded = bucketed DDP with every rank
+// running the step's fused AdamW; zero1 / zero2 = the distributed optimizer's layouts.
+bool on_the_step(const std::string& impl) { return impl == "unsharded" || impl == "zero1" || impl == "zero2"; }
+
 Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Group& g) {
   const c10::Device dev = g.device;
   release_cached_memory(dev);
@@ -61,32 +65,28 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   setup.device = dev;
   setup.fused = o.fused;
   Measured m;
-  TrainingStep ts(setup);  // its FusedAdamW allocates state lazily: never stepped here
+  TrainingStep ts(setup);  // its FusedAdamW allocates state lazily: never stepped by the sharded designs
   std::vector<at::Tensor> params = ts.model()->parameters();
   synchronize(dev);
   m.init = double(memory_stats(dev).allocated);
-  m.params = double(tensor_bytes(params));
+  m.params = double(tensor_bytes(params)) + double(tensor_bytes(ts.bf16_copies()));
 
-  auto adamw = torch::optim::AdamWOptions(1e-3).weight_decay(0.01);
+  // The default step's designs, or the assignment's ZeRO-1 over libtorch's AdamW (ShardedOptimizer).
+  std::unique_ptr<distributed::DataParallelStep> dp;
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  std::unique_ptr<torch::optim::AdamW> plain;
   std::unique_ptr<distributed::ShardedOptimizer> sharded;
-  std::unique_ptr<distributed::Zero2> zero2;
-  if (impl == "zero2") {
-    distributed::Zero2Options zo;
-    zo.bucket_mb = o.bucket_mb;
-    zero2 = std::make_unique<distributed::Zero2>(params, ts.model()->buffers(), g, adamw, zo);
-  } else if (impl == "unsharded" || impl == "zero1-broadcast")
-    ddp = std::make_unique<distributed::DistributedDataParallel>(params, ts.model()->buffers(), g);
-  if (impl == "unsharded") {
-    plain = std::make_unique<torch::optim::AdamW>(params, adamw);
-  } else if (!zero2) {
+  if (on_the_step(impl)) {
+    distributed::DataParallelOptions dpo;
+    dpo.bucket_mb = o.bucket_mb;
+    dp = distributed::make_data_parallel(impl == "unsharded" ? "bucketed" : impl, ts, g, dpo);
+  } else {
+    if (impl == "zero1-broadcast") ddp = std::make_unique<distributed::DistributedDataParallel>(params, ts.model()->buffers(), g);
     auto mode = impl == "zero1-broadcast" ? distributed::ZeroMode::BroadcastOwners : distributed::ZeroMode::ReduceScatter;
     sharded = std::make_unique<distributed::ShardedOptimizer>(std::vector<torch::optim::OptimizerParamGroup>{params},
-                                                       distributed::adamw_factory(adamw), g, mode);
+                                                              distributed::adamw_factory(
+                                                                  torch::optim::AdamWOptions(1e-3).weight_decay(0.01)),
+                                                              g, mode);
   }
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& item : ts.model()->named_parameters()) named.emplace_back(item.key(), item.value());
   int checks = 0;
   StepClock clock(dev);
   double total_ms = 0;
@@ -94,29 +94,37 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
     reset_peak_memory(dev);
     clock.clear();
     clock.mark();
-    {
-      AutocastScope autocast(dev.type(), setup.precision);
-      cross_entropy(ts.model()->forward(ts.inputs()), ts.targets()).backward();
+    if (dp) {
+      ts.forward(StepMode::TrainStep);
+      ts.backward();
+      dp->synchronize();
+    } else {
+      {
+        AutocastScope autocast(dev.type(), setup.precision);
+        cross_entropy(ts.model()->forward(ts.inputs()), ts.targets()).backward();
+      }
+      if (ddp) ddp->finish_gradient_synchronization();
     }
-    if (ddp) ddp->finish_gradient_synchronization();
-    if (zero2) zero2->finish_gradient_synchronization();
     synchronize(dev);
     const double before = double(memory_stats(dev).allocated);
-    if (plain)
-      plain->step();
-    else if (zero2)
-      zero2->step();
-    else
-      sharded->step();
+    if (dp) dp->step();
+    else sharded->step();
     clock.mark();
     clock.synchronize();
     const auto after = memory_stats(dev);
-    if (ddp)
-      ddp->zero_grad();
-    else if (zero2)
-      zero2->zero_grad();
-    else
-      sharded->zero_grad();
+    if (dp) dp->zero_grad();
+    else if (ddp) ddp->zero_grad();
+    else sharded->zero_grad();
+    if (dp) dp->wait_for_parameters();  // what is compared below is current, not still arriving
+    // What the forward reads (the bf16 copies where the step keeps them): ranks must agree on these.
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    const auto& copies = ts.bf16_copies();
+    size_t k = 0;
+    for (const auto& item : ts.model()->named_parameters()) {
+      const bool copy = dp && k < copies.size() && copies[k].defined();
+      named.emplace_back(item.key(), copy ? copies[k] : item.value());
+      ++k;
+    }
     distributed::inject_divergence(g, named, i + 1, setup.model.name, setup.context);
     if (o.check_consistency > 0 && (i + 1) % o.check_consistency == 0) {
       distributed::check_parameter_consistency(g, named, i + 1);
@@ -128,17 +136,24 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
     m.after_step = double(after.allocated);
     m.peak = double(after.peak_allocated);
   }
+  ts.release_loss();
   m.step_ms = total_ms / o.steps;
-  // Gradients: DDP's bucket buffers, or mode 2's flat buffer plus its 1/N shard buffer.
-  std::vector<at::Tensor> grads;
-  for (auto& p : params) grads.push_back(p.grad());
-  m.grads = double(zero2 ? zero2->grad_bytes() : tensor_bytes(grads));
-  if (sharded && sharded->mode() == distributed::ZeroMode::ReduceScatter)
-    for (auto& grp : sharded->local().param_groups())
-      for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
-  m.state = double(plain ? adamw_state_bytes(*plain) : zero2 ? zero2->state_bytes() : sharded->state_bytes());
+  if (dp) {
+    m.grads = double(dp->grad_bytes());
+    m.state = double(dp->state_bytes());
+  } else {
+    // Gradients: DDP's bucket buffers, or mode 2's flat buffer plus its 1/N shard buffer.
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.grad());
+    m.grads = double(tensor_bytes(grads));
+    if (sharded->mode() == distributed::ZeroMode::ReduceScatter)
+      for (auto& grp : sharded->local().param_groups())
+        for (auto& p : grp.params()) m.grads += double(tensor_bytes({p.grad()}));
+    m.state = double(sharded->state_bytes());
+  }
   auto mx = distributed::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
   Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7], checks};
+  dp.reset();
   ts.optimizer().zero_grad();
   return r;
 }
@@ -148,8 +163,8 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
 std::string run_zero_bench(const ZeroBenchOptions& o) {
   check_output_folder(o.out);  // before the first measurement, not after it
   for (const auto& impl : o.impls)
-    TORCH_CHECK(impl == "unsharded" || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter" || impl == "zero2",
-                "--impls '", impl, "' is unknown; choose unsharded, zero1-broadcast, zero1-reduce-scatter, zero2.");
+    TORCH_CHECK(on_the_step(impl) || impl == "zero1-broadcast" || impl == "zero1-reduce-scatter", "--impls '", impl,
+                "' is unknown; choose unsharded, zero1, zero2, zero1-broadcast, zero1-reduce-scatter.");
   const distributed::DistEnv env = distributed::env_from_environment();
   distributed::require_several_ranks(env, "bench zero");
   const auto timeout = distributed::collective_timeout_from_env();

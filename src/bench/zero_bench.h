@@ -1,7 +1,9 @@
-// `lmscale bench zero`: memory and time of a training step with the optimizer state unsharded
-// (DDP + AdamW), sharded by ZeRO-1 (mode 1: DDP + owners broadcast; mode 2: reduce-scatter +
-// all-gather) and with gradients sharded too (ZeRO-2: bucketed reduce-scatter during backward): allocated bytes after model init, just before and just after the optimizer step,
-// the peak, a breakdown (parameters, gradients, optimizer state) and the time per iteration.
+// `lmscale bench zero`: memory and time of a training step with the optimizer state unsharded (bucketed
+// DDP, every rank running the step's AdamW), sharded by the distributed optimizer (zero1: optimizer
+// state 1/N; zero2: gradients 1/N too), all on the default step, and the assignment's ZeRO-1 around
+// libtorch's AdamW (zero1-broadcast: DDP + owners broadcast; zero1-reduce-scatter: reduce-scatter +
+// all-gather): allocated bytes after model init, just before and just after the optimizer step, the
+// peak, a breakdown (parameters and their bf16 copies, gradients, optimizer state) and the time per step.
 #pragma once
 #include <optional>
 #include <string>
@@ -16,8 +18,8 @@ struct ZeroBenchOptions {
   std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
   std::string precision = "fp32";
   bool fused = true;  // StepSetup::fused: fused kernels where they exist (false: the unfused reference)
-  std::vector<std::string> impls{"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"};
-  double bucket_mb = 25;  // zero2: gradient bucket cap (MiB)
+  std::vector<std::string> impls{"unsharded", "zero1", "zero2", "zero1-broadcast", "zero1-reduce-scatter"};
+  double bucket_mb = 100;  // unsharded, zero1, zero2: gradient bucket cap (MiB)
   int64_t batch = 4;
   int64_t context = 512;
   int warmup = 2;

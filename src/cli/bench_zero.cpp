@@ -14,14 +14,14 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
   add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
                                   kReference, kImpl,
-                              {"unsharded", "zero1-broadcast", "zero1-reduce-scatter", "zero2"},
+                              {"unsharded", "zero1", "zero2", "zero1-broadcast", "zero1-reduce-scatter"},
                               "optimizer-state layouts",
                               {"train-step"},
                               "train-step only: the layouts differ in the optimizer step and its communication"});
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
       ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--out", o->out, "results folder (zero.jsonl, zero.md)")->capture_default_str();
-  app.add_option("--bucket-mb", o->bucket_mb, "zero2: gradient bucket cap in MiB")->check(at_least(0))->capture_default_str();
+  app.add_option("--bucket-mb", o->bucket_mb, "unsharded, zero1, zero2: gradient bucket cap in MiB")->check(at_least(0))->capture_default_str();
   app.add_option("--check-consistency", o->check_consistency,
                  "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
       ->check(whole_at_least(0))->capture_default_str();

@@ -155,10 +155,11 @@ DistributedOptimizer::DistributedOptimizer(std::vector<at::Tensor> params, std::
     bucket.shard_param.mutable_grad() = at::zeros({bucket.shard.size}, opts);
     bucket.shard_grad_comm = comm == at::kFloat ? bucket.shard_param.grad()
                                                 : at::zeros({bucket.shard.size}, opts.dtype(comm));
-    // Persistent gradient buffers: every bucket under ZeRO-1; under ZeRO-2 the buckets without copies (the
-    // embedding and norms: filled from the first to the last moment of backward, and small).
-    if (options_.layout == ShardLayout::Zero1 || !bucket.gathers_copies)
-      bucket.grads = at::zeros({bucket.shard.padded_total}, opts.dtype(comm));
+    // ZeRO-2 passes the buckets that fill in backward order through the ring (Note [ZeRO-2 gradient ring]):
+    // the copy buckets when there are any; the embedding's and norms' bucket beside them fills from the first to
+    // the last moment of backward, and is small. Every other buffer persists.
+    bucket.in_ring = options_.layout == ShardLayout::Zero2 && (bucket.gathers_copies || n_copy_buckets == 0);
+    if (!bucket.in_ring) bucket.grads = at::zeros({bucket.shard.padded_total}, opts.dtype(comm));
     to_broadcast.push_back(bucket.flat_params);
     shards.push_back(bucket.shard_param);
     shard_copies.push_back(bucket.gathers_copies ? bucket.flat_copies.narrow(0, bucket.shard.offset, bucket.shard.size)
@@ -166,14 +167,14 @@ DistributedOptimizer::DistributedOptimizer(std::vector<at::Tensor> params, std::
     buckets_.push_back(std::move(bucket));
   }
   if (options_.layout == ShardLayout::Zero2) {
-    // Note [ZeRO-2 gradient ring]: the copy buckets' gradients go through grad_ring_slots reusable buffers of the
-    // largest such bucket, in bucket order, instead of one caching-allocator block per bucket per step: a
+    // Note [ZeRO-2 gradient ring]: the ring buckets' gradients go through grad_ring_slots reusable buffers of
+    // the largest such bucket, in bucket order, instead of one caching-allocator block per bucket per step: a
     // freed block that NCCL still reads cannot serve the backward's next allocations, which then wait or grow
     // the pool. Bucket b takes slot b mod k once bucket b - k's reduce-scatter is sent; the stream writing
     // into it first waits for that reduce-scatter (a stream wait). DeepSpeed's ZeRO-2 double-buffers likewise.
     int64_t largest = 0;
     for (const auto& b : buckets_)
-      if (b.gathers_copies) largest = std::max(largest, b.shard.padded_total);
+      if (b.in_ring) largest = std::max(largest, b.shard.padded_total);
     if (largest > 0)
       for (size_t k = 0; k < options_.grad_ring_slots; ++k)
         ring_.push_back(at::empty({largest}, params_.front().options().requires_grad(false).dtype(comm)));
@@ -226,8 +227,8 @@ void DistributedOptimizer::take_autograd_grad(size_t i) {
 at::Tensor& DistributedOptimizer::bucket_grads(Bucket& b) {
   if (!b.grads.defined()) {  // ZeRO-2: this step's buffer, taken at the bucket's first gradient
     const size_t index = static_cast<size_t>(&b - buckets_.data());
-    const size_t k = ring_.size();
-    if (k > 0 && (index < k || launched_[index - k])) {
+    const size_t k = ring_.size();  // ring buckets are the first ones (the copy buckets), or all of them
+    if (k > 0 && b.in_ring && (index < k || launched_[index - k])) {
       // The slot's last bucket has been sent: the writes that follow wait for its reduce-scatter.
       if (index >= k && buckets_[index - k].reduce) buckets_[index - k].reduce->wait();
       b.grads = ring_[index % k].narrow(0, 0, b.shard.padded_total);
@@ -276,7 +277,7 @@ void DistributedOptimizer::launch_ready_buckets_in_order() {
     launched_[index] = true;
     // ZeRO-2: the full-size gradients are not kept (a ring slot goes to a later bucket; a buffer of its own is
     // held by the collective until it is done).
-    if (options_.layout == ShardLayout::Zero2 && b.gathers_copies) b.grads = at::Tensor();
+    if (b.in_ring) b.grads = at::Tensor();
     if (!in_finish_) ++launched_during_backward_;
   });
 }

@@ -103,6 +103,7 @@ class DistributedOptimizer : public WeightGradDestination {
     std::vector<int64_t> offsets;   // elements, one per variable
     ShardInfo shard;
     bool gathers_copies = false;    // every parameter has a bf16 copy: the all-gather moves bf16
+    bool in_ring = false;           // ZeRO-2: its gradients pass through the ring, not a buffer of its own
     at::Tensor flat_params;         // fp32; the parameters live in it
     at::Tensor flat_copies;         // bf16; the copies live in it (gathers_copies only)
     at::Tensor shard_param;         // this rank's slice of flat_params (what AdamW updates)

@@ -1,0 +1,62 @@
+// The designs of distributed/data_parallel.h through the CLI, two CPU ranks over Gloo: `bench ddp` runs
+// every one on the default step (the cross-rank check of the weights the forward reads passes for each
+// multi-rank design), and `bench zero` measures the distributed optimizer's layouts: AdamW state 1/N for
+// zero1 and zero2, and zero2 holding fewer gradient bytes between steps than zero1.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "results/reader.h"
+#include "support/run_cli.h"
+
+namespace lmscale {
+namespace {
+
+using testing::run_cli;
+using testing::temp_dir;
+
+const std::string kTiny = "--backend gloo --size tiny --context 16 --batch 2 --precision fp32 --warmup 1 --steps 2 ";
+
+// value of `metric` per impl in <file>
+std::map<std::string, double> by_impl(const std::string& file, const std::string& metric) {
+  std::map<std::string, double> v;
+  for (const auto& j : read_jsonl(file))
+    if (j.value("metric", "") == metric) v[j.value("impl", "")] = j.value("value", -1.0);
+  return v;
+}
+
+TEST(DataParallelDesigns, BenchDdpRunsEveryDesignOnTheStepAndRanksAgree) {
+  const std::string out = temp_dir("ddp-designs");
+  const auto r = run_cli("launch -n 2 -- bench ddp " + kTiny +
+                             "--impl single,bucketed,zero1,zero2 --bucket-mb 1 --comm-dtype fp32 --check-consistency 1 "
+                             "--out " + out,
+                         "OMP_NUM_THREADS=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto step = by_impl(out + "/ddp.jsonl", "step_ms");
+  for (const char* impl : {"lmscale-single", "lmscale-bucketed", "lmscale-zero1", "lmscale-zero2"})
+    EXPECT_GT(step.count(impl) ? step.at(impl) : -1, 0) << impl << "\n" << r.output;
+  for (const auto& j : read_jsonl(out + "/ddp.jsonl")) {
+    if (j.value("impl", "") != "lmscale-single" && j.contains("consistency_checks")) {
+      EXPECT_EQ(j.value("consistency_checks", -1), 3) << j.dump();
+    }
+  }
+  const auto state = by_impl(out + "/ddp.jsonl", "optimizer_state_bytes");
+  EXPECT_LT(state.at("lmscale-zero1"), 0.6 * state.at("lmscale-bucketed")) << r.output;
+}
+
+TEST(DataParallelDesigns, BenchZeroShardsStateAndZero2ShardsGradients) {
+  const std::string out = temp_dir("zero-designs");
+  const auto r = run_cli("launch -n 2 -- bench zero " + kTiny + "--impl unsharded,zero1,zero2 --bucket-mb 1 "
+                             "--check-consistency 1 --out " + out,
+                         "OMP_NUM_THREADS=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto state = by_impl(out + "/zero.jsonl", "optimizer_state_bytes");
+  const auto grads = by_impl(out + "/zero.jsonl", "grad_bytes");
+  ASSERT_EQ(state.size(), 3u) << r.output;
+  EXPECT_LT(state.at("lmscale-zero1"), 0.6 * state.at("lmscale-unsharded"));
+  EXPECT_LT(state.at("lmscale-zero2"), 0.6 * state.at("lmscale-unsharded"));
+  EXPECT_LT(grads.at("lmscale-zero2"), grads.at("lmscale-zero1"));
+}
+
+}  // namespace
+}  // namespace lmscale
