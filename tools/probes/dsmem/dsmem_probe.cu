@@ -3,7 +3,7 @@
 // (ld.shared::cluster, 16 bytes per thread and load), or its own for comparison, 200 times; bytes per SM clock from
 // clock64() and TB/s over all blocks from CUDA events. It decides whether a pair of backward blocks could sum their dQ
 // tiles by reading each other's staging (32 KB per tile) instead of both adding into L2.
-// Build: nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 tools/dsmem_probe.cu -o build-probe/dsmem_probe
+// Build: nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 tools/probes/dsmem/dsmem_probe.cu -o build-probe/dsmem_probe
 #include <cstdio>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>

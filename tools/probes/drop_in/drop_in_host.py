@@ -1,7 +1,7 @@
 """Host time of the drop-in benchmark's compiled step (issue 28), without the profiler: how long the Python
 thread takes to issue one training step, and how long each lmscale op call takes on the host.
 
-    python3 scripts/gpu/drop_in_host.py --size xl [--impls torch-compile lmscale-nn-compile lmscale-nn-compile-python]
+    python3 tools/probes/drop_in/drop_in_host.py --size xl [--impls torch-compile lmscale-nn-compile lmscale-nn-compile-python]
 
 Each impl runs in a fresh process (as python -m lmscale.drop_in_bench does). ``lmscale-nn-compile-python`` is
 ``lmscale-nn-compile`` with the ops' autograd dispatch as it was before issue 28's change: a Python kernel on

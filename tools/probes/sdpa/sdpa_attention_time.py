@@ -1,6 +1,6 @@
 """PyTorch SDPA timings (flash and cuDNN backends) on issue 17's attention shapes, to print beside
 tools/flash_hopper_probe in the same device call: forward, and forward + o.sum() + backward, by
-triton.testing.do_bench (bf16, causal). Usage: python3 scripts/gpu/sdpa_attention_time.py"""
+triton.testing.do_bench (bf16, causal). Usage: python3 tools/probes/sdpa/sdpa_attention_time.py"""
 import triton
 from torch.nn.attention import sdpa_kernel
 

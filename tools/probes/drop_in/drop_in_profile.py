@@ -3,7 +3,7 @@ builds the models; this profiles them): after warm-up (compilation included), Py
 steps, then the kernels with the most CUDA time per step, the operators with the most CPU time of their own,
 and the step time without the profiler.
 
-    python3 scripts/gpu/drop_in_profile.py --size xl --impls torch-compile lmscale-nn-compile [--top 25]
+    python3 tools/probes/drop_in/drop_in_profile.py --size xl --impls torch-compile lmscale-nn-compile [--top 25]
 
 Needs lmscale importable (the wheel, or PYTHONPATH=python with LMSCALE_BUILD_DIR naming a build folder).
 """

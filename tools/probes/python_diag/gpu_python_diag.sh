@@ -2,9 +2,9 @@
 # Diagnose why a C++ error raised into Python crashes on the GPU machines (docs/python.md,
 # "Known issue"): which loaded library each of liblmscale's standard-library references binds to,
 # which libraries define ostream's _M_insert<long>, and whether candidate fixes avoid the crash.
-#   scripts/gpu/gpu_python_diag.sh OUT      (after ./lmscale build; LMSCALE_BUILD_DIR default build-gpu)
+#   tools/probes/python_diag/gpu_python_diag.sh OUT      (after ./lmscale build; LMSCALE_BUILD_DIR default build-gpu)
 set -uo pipefail
-source "$(dirname "$0")/script_init.sh" "$@"
+source "$(dirname "$0")/../../../scripts/gpu/script_init.sh" "$@"
 B=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 PY=${LMSCALE_PYTHON:-python3}
 LOG=$OUT/python_diag.log

@@ -4,20 +4,18 @@
 # beside them, then the kernels' durations under ncu, which fixes the clocks at base, so the probe and the
 # product can be compared kernel by kernel without the clock drift. The probe runs while the product builds
 # (the build uses the CPUs, the probe the GPU).
-#   scripts/gpu/attention_clocks.sh OUT        (carry .deps build-probe)
+#   tools/probes/power_cap/attention_clocks.sh OUT        (carry .deps build-probe)
 # Results: OUT/clocks.csv (nvidia-smi every 100 ms, through the ncu runs too), OUT/phases.txt (when each phase began), OUT/probe.txt,
 # OUT/product.txt, OUT/ncu.txt, OUT/build.log.
 set -uo pipefail
-source "$(dirname "$0")/script_init.sh" "$@"
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/lmscale-build}
-export LMSCALE_CMAKE_ARGS=${LMSCALE_CMAKE_ARGS:--DLMSCALE_CUDA_ARCHS=90}
+source "$(dirname "$0")/../../../scripts/gpu/script_init.sh" "$@"
 export LMSCALE_BUILD_TARGETS=${LMSCALE_BUILD_TARGETS:-lmscale_cli}
 H=${PROBE:-build-probe/flash_hopper_probe}
 BIN=$LMSCALE_BUILD_DIR/lmscale
 phase() { echo "$(date +%H:%M:%S.%N | cut -c1-12) $*" >>"$OUT/phases.txt"; }
 
 nvidia-smi -q -d POWER,CLOCK,PERFORMANCE >"$OUT/nvidia-smi.txt" 2>&1
-source "$(dirname "$0")/timed_stages.sh"  # log_clocks
+source "$(dirname "$0")/../../../scripts/gpu/timed_stages.sh"  # log_clocks
 log_clocks "$OUT/clocks.csv" 100
 
 phase build-start

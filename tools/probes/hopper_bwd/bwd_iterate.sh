@@ -3,7 +3,7 @@
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one
-# backward. Usage: scripts/gpu/bwd_iterate.sh OUT [quick|full|compare|ab|sustain|energy|checks]
+# backward. Usage: tools/probes/hopper_bwd/bwd_iterate.sh OUT [quick|full|compare|ab|sustain|energy|checks]
 #   quick: variants check + issue 26's shapes; default adds the grid shapes and kernel durations;
 #   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
 #   compare: variants check, then the shipped backward against every variant in alternating order
@@ -15,12 +15,12 @@
 #   sustain: the same alternation timed as the product's benchmark does (bwd_sustain), clocks logged;
 #   energy: sustain over the shipped backward and its cut variants (bwd_energy_variants: one piece of work
 #   removed each, results wrong by construction) at 16k x 128 and 16k x 64 causal, then what the GPU sustains
-#   with cuBLAS GEMMs and SDPA cuDNN / flash (scripts/gpu/sustained_floor.py), clocks logged throughout;
+#   with cuBLAS GEMMs and SDPA cuDNN / flash (tools/probes/sdpa/sustained_floor.py), clocks logged throughout;
 #   checks: the forward and backward correctness suites and compute-sanitizer, nothing timed.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
 set -uo pipefail
-source "$(dirname "$0")/script_init.sh" "$@"
+source "$(dirname "$0")/../../../scripts/gpu/script_init.sh" "$@"
 H=${PROBE:-build-probe/flash_hopper_probe}
 MODE=${2:-}
 # compute-sanitizer's memcheck, racecheck and synccheck on one small backward and forward per kernel.
@@ -67,7 +67,7 @@ if [[ $MODE == sustain ]]; then
       done
     done
   } >"$OUT/sustain.txt" 2>&1
-  [[ -n ${FLOOR:-} ]] && python3 scripts/gpu/sustained_floor.py "${SUSTAIN_S:-1.5}" >"$OUT/floor.txt" 2>&1
+  [[ -n ${FLOOR:-} ]] && python3 tools/probes/sdpa/sustained_floor.py "${SUSTAIN_S:-1.5}" >"$OUT/floor.txt" 2>&1
   kill "$logger"
   exit 0
 fi
@@ -121,6 +121,6 @@ fi
   done
 } >"$OUT/grid.txt" 2>&1
 [[ $MODE == full ]] || exit 0
-python3 scripts/gpu/sdpa_attention_time.py >"$OUT/sdpa.txt" 2>&1
+python3 tools/probes/sdpa/sdpa_attention_time.py >"$OUT/sdpa.txt" 2>&1
 { "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
 sanitize

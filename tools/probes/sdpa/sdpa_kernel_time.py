@@ -1,7 +1,7 @@
 """Kernel time of SDPA's cuDNN and FlashAttention-2 backward (and forward) for one attention shape, from
 the PyTorch profiler (CUPTI kernel durations, no launch or host time): the baseline for issue 26's
 training-step goal, where lmscale's kernels are timed by `lmscale profile` the same way.
-Usage: python3 scripts/gpu/sdpa_kernel_time.py [B H N D]   (default: the xl model at context 512)"""
+Usage: python3 tools/probes/sdpa/sdpa_kernel_time.py [B H N D]   (default: the xl model at context 512)"""
 import sys
 
 import torch

@@ -3,15 +3,15 @@
 # "Through the product, v5.4"), with prebuilt binaries (carry prebuilt), clocks logged. Modes:
 #   cell  (default) the shape alone with the grid's 10 iterations and with 50, then the grid's d = 128 row alone;
 #   order  the leaderboard and 16k x 128 goals, then the whole grid twice: head dims 128, 80, 64 and 64, 80, 128.
-# Usage: scripts/gpu/grid_cell_check.sh OUT [cell|order]
+# Usage: tools/probes/power_cap/grid_cell_check.sh OUT [cell|order]
 set -uo pipefail
-source "$(dirname "$0")/script_init.sh" "$@"
+source "$(dirname "$0")/../../../scripts/gpu/script_init.sh" "$@"
 MODE=${2:-cell}
 RES=$OUT/grid_$MODE
 mkdir -p "$RES"
 TARBALL=grid_$MODE.tgz
 STAGES=" all "
-source "$(dirname "$0")/timed_stages.sh"
+source "$(dirname "$0")/../../../scripts/gpu/timed_stages.sh"
 prebuilt_loads >"$RES/prebuilt.log" 2>&1 || { cat "$RES/prebuilt.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$RES/nvidia-smi.txt" 2>&1
 log_clocks "$RES/clocks.csv"
