@@ -87,6 +87,25 @@ std::string kind_of_other(const std::string& name) {
   return "not made by `lmscale report`";
 }
 
+// Every folder below `out` that says what it is (a README.md), with that page's first line, in path
+// order: the topic folders and the dated runs (runs/<date>-<commit>-<topic>/) with their sub-folders.
+std::string folders_section(const fs::path& out) {
+  std::vector<std::pair<std::string, std::string>> found;
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_directory() || e.is_symlink() || !fs::is_regular_file(e.path() / "README.md")) continue;
+    std::ifstream f(e.path() / "README.md");
+    std::string first;
+    std::getline(f, first);
+    first.erase(0, first.find_first_not_of("# "));
+    found.emplace_back(fs::relative(e.path(), out).generic_string(), first);
+  }
+  if (found.empty()) return "";
+  std::sort(found.begin(), found.end());
+  std::string md = "\n## Folders (each with the first line of its README.md)\n\n";
+  for (const auto& [rel, first] : found) md += "- [" + rel + "/](" + rel + "/README.md) — " + first + "\n";
+  return md;
+}
+
 std::string index_page(const fs::path& out, const ReportSummary& s, const std::map<std::string, Merged>& merged,
                        const std::vector<TableView>& views) {
   const std::string schema = fs::exists(out / "SCHEMA.md") ? "[SCHEMA.md](SCHEMA.md)" : "docs/results/SCHEMA.md";
@@ -123,7 +142,7 @@ std::string index_page(const fs::path& out, const ReportSummary& s, const std::m
           "`lmscale report` leaves them as they are.\n\n";
     for (const auto& f : s.other) md += "- " + link(f) + " — " + kind_of_other(f) + "\n";
   }
-  return md;
+  return md + folders_section(out);
 }
 
 // The named tables: those of the output folder, then each input's (an input's entry replaces one of

@@ -99,7 +99,7 @@ class TrainingStep {
   // weights. Needed after anything but the step writes the parameters, e.g. DDP's or ZeRO's broadcast from
   // rank 0 at construction or a checkpoint load: such a write leaves every copy stale (the weight's
   // version moved), and the Linears then fall back to autocast's cast of every weight in every forward.
-  // Measured on 2 H100s (docs/results/h100x2_dist_2026_11_26): XL bucketed DDP without it ran the slow path.
+  // Measured on 2 H100s (docs/results/runs/2026-11-26-8959ce7-distributed): XL bucketed DDP without it ran the slow path.
   void resync_weight_copies();
   bool is_fp8() const { return setup_.precision == c10::kFloat8_e4m3fn; }
   TransformerLM& model() { return model_; }
