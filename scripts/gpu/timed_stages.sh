@@ -14,7 +14,7 @@ stage() {
   return $rc
 }
 # log_clocks FILE [MS]: the SM clock, power draw and clock-event reasons every MS ms (200) into FILE until the
-# script exits: whether a stage ran at full clock or under the power cap (docs/flash_notes.md, "The product's
+# script exits: whether a stage ran at full clock or under the power cap (docs/flash_history.md, "The product's
 # d = 128 gap").
 log_clocks() {
   local fields=timestamp,clocks.sm,power.draw,temperature.gpu

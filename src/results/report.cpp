@@ -220,6 +220,10 @@ ReportSummary write_report(const ReportOptions& o) {
   }
 
   for (const auto& in : o.inputs) {
+    // A folder rebuilt in place (--in X --out X) has its own records, read above; the folders inside it
+    // are runs of their own (docs/results/runs/...), listed by the index, never merged into it.
+    std::error_code in_place;
+    if (fs::equivalent(in, out, in_place)) continue;
     std::vector<fs::path> files;
     for (const auto& e : fs::recursive_directory_iterator(in)) {
       if (e.is_symlink()) {

@@ -1,4 +1,4 @@
-// Distributed shared memory read bandwidth on sm_90 (docs/flash_notes.md, "Where this leaves the 6.3 ms goal"): each
+// Distributed shared memory read bandwidth on sm_90 (docs/flash_history.md, "Where this leaves the 6.3 ms goal"): each
 // block of a 2-block cluster (one per SM) reads a 32 KB buffer of its peer's shared memory through the cluster window
 // (ld.shared::cluster, 16 bytes per thread and load), or its own for comparison, 200 times; bytes per SM clock from
 // clock64() and TB/s over all blocks from CUDA events. It decides whether a pair of backward blocks could sum their dQ

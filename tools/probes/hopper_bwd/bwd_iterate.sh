@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of the Hopper backward's iteration loop (docs/flash_notes.md, backward v5): a prebuilt
+# One device call of the Hopper backward's iteration loop (docs/flash_history.md, backward v5): a prebuilt
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one

@@ -5,7 +5,7 @@
 # and ncu at fixed clocks (time, clock, tensor pipe, instructions, shared-memory banks, L2 reduction sectors).
 # Usage: OUT=<dir> VARIANTS="<name> ..." [SHAPES="B H S D causal;..."] [BASE=<probe>] tools/probes/hopper_bwd/bwd_variant_call.sh
 # BASE: a probe built from an earlier tree, timed first in the sustained alternation (a change to shared code).
-# Each variant must exist at every shape's head dim. The attribution calls of docs/flash_notes.md ("Where a backward
+# Each variant must exist at every shape's head dim. The attribution calls of docs/flash_history.md ("Where a backward
 # tile's time goes") and backward v5.4's comparison were made with this script's earlier forms (the results READMEs
 # name their commits).
 H=build-probe/flash_hopper_probe

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Why the product's d = 128 backward measured slower than the probe's (docs/flash_notes.md, "Through the
+# Why the product's d = 128 backward measured slower than the probe's (docs/flash_history.md, "Through the
 # product, v5.1"): one call that times the same shapes through both with the GPU's clocks and power logged
 # beside them, then the kernels' durations under ncu, which fixes the clocks at base, so the probe and the
 # product can be compared kernel by kernel without the clock drift. The probe runs while the product builds

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The grid's 16k x 128 cell, which lost to cuDNN inside the full grid while the same shape alone won (docs/flash_notes.md,
+# The grid's 16k x 128 cell, which lost to cuDNN inside the full grid while the same shape alone won (docs/flash_history.md,
 # "Through the product, v5.4"), with prebuilt binaries (carry prebuilt), clocks logged. Modes:
 #   cell  (default) the shape alone with the grid's 10 iterations and with 50, then the grid's d = 128 row alone;
 #   order  the leaderboard and 16k x 128 goals, then the whole grid twice: head dims 128, 80, 64 and 64, 80, 128.

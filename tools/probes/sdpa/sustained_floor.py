@@ -5,7 +5,7 @@ time a phase (each call back to back for SECONDS after half a second of warm-up;
   * SDPA's cuDNN and flash backends, fwd + o.sum() + bwd and fwd alone, causal bf16, on the attention shapes
     given (B H N D; default the leaderboard shape and 16k x 128), timed the same way as the probe's phases.
 Usage: python3 tools/probes/sdpa/sustained_floor.py [SECONDS] [--attention "B H N D;..."]
-Log clocks and power beside it (nvidia-smi -lms) to see the cap: docs/flash_notes.md, "Where a tile's energy goes"."""
+Log clocks and power beside it (nvidia-smi -lms) to see the cap: docs/flash_history.md, "Where a tile's energy goes"."""
 import argparse
 import time
 
