@@ -136,3 +136,5 @@ pack
 cat "$OUT/summary.txt"
 for f in "$RES"/*.md "$RES"/*/*.md; do [[ -f $f ]] && { echo "== ${f#"$RES"/}"; head -c 2500 "$f"; }; done 2>/dev/null |
   tail -c 6000
+# Exit status: 1 when a stage failed (summary.txt names it), else 0.
+! grep -q " rc=[1-9]" "$OUT/summary.txt"

@@ -26,3 +26,4 @@ for s in "${STAGES[@]}"; do
 done
 pack
 cat "$OUT/summary.txt"
+! grep -q " rc=[1-9]" "$OUT/summary.txt"  # exit 1 when a stage failed
