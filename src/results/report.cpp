@@ -78,7 +78,7 @@ std::string link(const std::string& f) { return "[" + f + "](" + f + ")"; }
 
 // What a file report did not make is, going by its name (for the index).
 std::string kind_of_other(const std::string& name) {
-  if (name.back() == '/') return "a folder of its own (when it is an `--in` folder, its records are merged above)";
+  if (name.back() == '/') return "a folder of its own (its records are merged only when it is given as --in)";
   if (name.find("transcript") != std::string::npos) return "transcript, written by a script (no records behind it)";
   const std::string ext = fs::path(name).extension().string();
   if (ext == ".md") return "page written by hand or by a command, not from records (no records behind it)";
@@ -111,8 +111,8 @@ std::string index_page(const fs::path& out, const ReportSummary& s, const std::m
   const std::string schema = fs::exists(out / "SCHEMA.md") ? "[SCHEMA.md](SCHEMA.md)" : "docs/results/SCHEMA.md";
   std::string md = "# Results index\n\nWritten by `lmscale report` (" + run_info().date +
                    "): every table below is rebuilt from the records in the `.jsonl` files beside it, never "
-                   "copied from a run; the fields are explained in " + schema + ".\n\n"
-                   "## Tables, one per records file\n\n";
+                   "copied from a run; the fields are explained in " + schema + ".\n\n";
+  if (!s.tables.empty()) md += "## Tables, one per records file\n\n";
   for (const auto& t : s.tables) {
     const std::string stem = fs::path(t).stem().string();
     const auto& records = merged.at(stem).records;
