@@ -268,10 +268,10 @@ fi
 
 if row 21.6 "CUDA-graph capture fails (GPU)"; then
   # A CPU machine cannot make a capture fail, and a verdict must come from its own run: not run here.
-  echo "Needs a GPU: \`scripts/gpu/session_check.sh\` (stage capture-fault) runs it on an H100 and keeps its"
-  echo "records in \`docs/results/h100_check/capture_fault/\`. This CPU run does not judge them."
+  echo "Needs a GPU: \`scripts/gpu/gpu_check.sh\` (stage capture-fault) runs it on an H100 and keeps its"
+  echo "records in \`docs/results/runs/2026-11-23-c44913e-session/capture_fault/\`. This CPU run does not judge them."
   echo
-  VERDICT[21.6]="– not run (needs a GPU: scripts/gpu/session_check.sh, stage capture-fault)"
+  VERDICT[21.6]="– not run (needs a GPU: scripts/gpu/gpu_check.sh, stage capture-fault)"
 fi
 
 if row 21.7 "the PyTorch baseline process fails (no torch in the interpreter)"; then

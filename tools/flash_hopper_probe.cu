@@ -459,7 +459,7 @@ std::vector<BwdVariant> bwd_variants(int d) {
 
 // The shipped backward with one piece of work cut (BwdCut, flash_bwd_hopper.cuh), for bwd_sustain only: their
 // results are wrong by construction. Timed sustained and under ncu's fixed clocks, the time a cut saves is that
-// piece's share of a tile's time (docs/flash_notes.md, "Where a backward tile's time goes").
+// piece's share of a tile's time (docs/flash_history.md, "Where a backward tile's time goes").
 template <int D, int kCut>
 BwdVariant bwd_cut_variant(const char* name) {
   return bwd_variant<D, lk::hopper::bwd_block_m(D), lk::hopper::bwd_k_reg_steps(D), kCut>(name);
@@ -743,7 +743,7 @@ int compare_bwd(const Case& c, int iters, int rounds) {
 
 // Sustained timing, as `lmscale bench attention` times a phase: fwd + bwd, then bwd, then fwd, each run
 // back to back for `seconds` after half a second of warm-up, the mean per call over that time. At long
-// sequences this is bound by the H100's power cap (docs/flash_notes.md, "The product's d = 128 gap is
+// sequences this is bound by the H100's power cap (docs/flash_history.md, "The product's d = 128 gap is
 // the power cap"), which bursts of ten calls (bwd_time) do not reach.
 // `variant`: a name of bwd_variants(D) or bwd_energy_variants(D) to time in place of the shipped backward (bf16),
 // or null.

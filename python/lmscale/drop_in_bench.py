@@ -30,23 +30,22 @@ import argparse
 import contextlib
 import gc
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import records as result_records
 from .baseline import e2e
 
 SIZES = {"small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16), "large": (1280, 5120, 36, 20),
          "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32), "tiny": (64, 256, 2, 4)}
 IMPLS = ("torch-eager", "torch-compile", "liger", "lmscale-nn", "lmscale-nn-compile")
-STARTED = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+STARTED = result_records.utc_now()
 
 
 # ------------------------------------------------------------------ lmscale.nn swapped in
@@ -301,17 +300,14 @@ UNITS = {"step_ms": "ms", "tokens_per_s": "tokens/s", "peak_memory_bytes": "byte
 
 def records(impl, size, c, device, status, reason, metrics):
     d, d_ff, layers, heads = SIZES[size]
-    base = {"schema": e2e.SCHEMA_VERSION, "bench": "e2e", "impl": impl, "status": status, "model_code": "pytorch",
-            "size": size, "d_model": d, "d_ff": d_ff, "layers": layers, "heads": heads, "vocab": c["vocab"],
-            "context": c["context"], "batch": c["batch"], "precision": "bf16", "mode": "train-step",
-            "device": str(device), "warmup": c["warmup"], "steps": c["steps"],
-            "params": e2e.param_count({"vocab": c["vocab"], "d_model": d, "d_ff": d_ff, "layers": layers}),
-            "gpu": torch.cuda.get_device_name(device), "commit": os.environ.get("LMSCALE_COMMIT", "unknown"),
-            "date": STARTED, "command": "python -m lmscale.drop_in_bench " + " ".join(sys.argv[1:])}
-    if status != "ok":
-        return [{**base, "reason": reason, "metric": "status", "value": None, "unit": ""}]
-    return [{**base, "metric": k, **(v if isinstance(v, dict) else {"value": v}), "unit": UNITS[k]}
-            for k, v in metrics.items()]
+    config = {"model_code": "pytorch", "size": size, "d_model": d, "d_ff": d_ff, "layers": layers, "heads": heads,
+              "vocab": c["vocab"], "context": c["context"], "batch": c["batch"], "precision": "bf16",
+              "mode": "train-step", "device": str(device), "warmup": c["warmup"], "steps": c["steps"],
+              "params": e2e.param_count({"vocab": c["vocab"], "d_model": d, "d_ff": d_ff, "layers": layers})}
+    base = result_records.record_base("e2e", impl, status, config, gpu=result_records.gpu_name(device),
+                                      commit=result_records.commit(), date=STARTED,
+                                      command="python -m lmscale.drop_in_bench " + " ".join(sys.argv[1:]))
+    return result_records.metric_records(base, metrics, UNITS, reason)
 
 
 def main(argv=None):
@@ -350,8 +346,7 @@ def main(argv=None):
             else:
                 print(f"{size:6} {impl:20} {cell['status']}: {cell['reason']}", flush=True)
             if args.out:
-                with open(args.out, "a") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in out)
+                result_records.append(args.out, out)
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds tools/flash_probe.cu (CMake targets flash_probe / flash_probe_d<D>: the kernels' own
-# architecture and flags, no libtorch linked) here, and copies the binaries into build-probe/, the
-# small folder to carry to a GPU machine for scripts/gpu/gpu_flash_probe.sh.
+# Runs here (the development machine), not on the GPU machine: builds tools/flash_probe.cu (CMake
+# targets flash_probe / flash_probe_d<D>: the kernels' own architecture and flags, no libtorch linked)
+# and copies the binaries into build-probe/, the small folder to carry for scripts/gpu/gpu_flash_probe.sh.
 #   scripts/gpu/build_flash_probe.sh [head_dim ...]   default 64 -> build-probe/flash_probe, others flash_probe_d<D>
 #   scripts/gpu/build_flash_probe.sh hopper           tools/flash_hopper_probe.cu (sm_90a forward and backward,
 #                                                     nvcc alone, no CMake) -> build-probe/flash_hopper_probe

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # The Python package on a GPU machine as a user installs it, then the drop-in benchmark: builds the
-# wheel (`pip wheel ./python`, timed, into /tmp/lmscale-wheel-build, kept while the machine stays
+# wheel (`pip wheel ./python`, timed, into build-gpu-wheel/, kept while the machine stays
 # warm so a second call only installs), installs it into an empty folder, runs the GPU tests of the
 # lmscale.nn ops and SDPA's contract against that install from outside the checkout, then
 # `python -m lmscale.drop_in_bench` (docs/python.md, "The drop-in benchmark"). Liger-Kernel comes as a carried wheel.
 #
 #   scripts/gpu/drop_in.sh OUT [tests] [host SIZE] [bench SIZE...]     (default: tests bench small)
 #
-# `host SIZE` runs scripts/gpu/drop_in_host.py (issue 28): the compiled step's host time per impl and each
+# `host SIZE` runs the probe tools/probes/drop_in/drop_in_host.py: the compiled step's host time per impl and each
 # lmscale op's host time per call, with the ops' autograd dispatch as now and as before (emulated).
 #
 # Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>.
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 shift
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 LMSCALE_REQUIRE_GPU=1
+export LMSCALE_REQUIRE_GPU=1
 PY=${LMSCALE_PYTHON:-python3}
 SITE=/tmp/lmscale-site
 stages=("$@")
@@ -26,8 +26,9 @@ if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
 fi
 start=$(date +%s)
 rm -rf /tmp/lmscale-dist "$SITE"
-# WHEEL_BUILD_DIR=/tmp/lmscale-build reuses what session_check.sh compiled on this machine.
-LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-/tmp/lmscale-wheel-build} LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
+# pip's build of the wheel, in its own folder beside the one build (it configures its own CMake);
+# WHEEL_BUILD_DIR=$LMSCALE_BUILD_DIR reuses what gpu_check.sh compiled on this machine.
+LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-$LMSCALE_BUILD_DIR-wheel} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
   "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
   { tail -40 "$OUT/wheel_build.log"; exit 1; }
 echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
@@ -43,7 +44,7 @@ while ((${#stages[@]})); do
       tail -3 "$OUT/gpu_tests.log"
       stages=("${stages[@]:1}") ;;
     host)
-      "$PY" "$ROOT/scripts/gpu/drop_in_host.py" --size "${stages[1]:?host needs a SIZE}" 2>&1 | tee -a "$OUT/host.log"
+      "$PY" "$ROOT/tools/probes/drop_in/drop_in_host.py" --size "${stages[1]:?host needs a SIZE}" 2>&1 | tee -a "$OUT/host.log"
       stages=("${stages[@]:2}") ;;
     bench)
       sizes=(); stages=("${stages[@]:1}")

@@ -6,7 +6,7 @@
 # own process session on the GPU machine and outlives the call; `wait` follows it and copies what it
 # has into OUT, so every call brings back the results so far.
 #
-#   scripts/gpu/e2e_grid.sh OUT build                build the CLI into $LMSCALE_BUILD_DIR (build-gpu/)
+#   scripts/gpu/e2e_grid.sh OUT build                build the CLI into $LMSCALE_BUILD_DIR (script_init.sh)
 #   scripts/gpu/e2e_grid.sh OUT start SIZE           start SIZE's sweep in the background (one at a time)
 #   scripts/gpu/e2e_grid.sh OUT wait [SECONDS]       follow it for up to SECONDS (default 540); exit 0 once
 #                                                    it ended, 3 while it still runs (call wait again)
@@ -24,7 +24,6 @@
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 ACTION=${2:?usage: $0 OUT build|start SIZE|wait [SECONDS]|status}
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu} PYTHONUNBUFFERED=1
 RES=$LMSCALE_BUILD_DIR/results
 PIDFILE=$RES/e2e_grid.pid
 source "$ROOT/scripts/gpu/background_job.sh"

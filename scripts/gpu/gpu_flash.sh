@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
 # One GPU-machine call for FlashAttention work: build, run the GPU kernel tests, compute-sanitizer
-# memcheck + racecheck on a small config, then the attention benchmark. Everything lands in $OUT:
+# memcheck + racecheck on a small config, then the attention benchmark. Everything lands in OUT:
 # build.log, tests.log, sanitizer.log, bench.log, lb/attention.{jsonl,md} (leaderboard) and
 # attention.{jsonl,md} (the grid given by the extra arguments).
 #
-#   LMSCALE_COMMIT=<sha> bash scripts/gpu/gpu_flash.sh [all|test|bench] [extra `bench attention` args...]
+#   scripts/gpu/gpu_flash.sh OUT [all|test|bench] [extra `bench attention` args...]
 #
-# Environment: OUT (default /tmp/flash_out), LMSCALE_BUILD_DIR (default build-gpu), LMSCALE_CMAKE_ARGS
-# (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" for a quick build). Benchmarks run inside
-# $OUT with relative --out folders, so the recorded commands name no machine's paths.
+# LMSCALE_CMAKE_ARGS (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16") makes a quick build.
+# Benchmarks run inside OUT with relative --out folders, so the recorded commands name no machine's paths.
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUT=${OUT:-/tmp/flash_out}
+source "$(dirname "$0")/script_init.sh" "$@"
+shift
 STAGE=${1:-all}
 shift || true
-mkdir -p "$OUT"
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu}
 export LMSCALE_JOBS=${LMSCALE_JOBS:-16}
 B=$LMSCALE_BUILD_DIR
 

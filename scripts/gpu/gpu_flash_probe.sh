@@ -29,7 +29,7 @@ if [[ -x $H ]]; then
   for shape in "1 16 16384 64 1" "1 16 16384 128 1" "4 32 2048 80 1" "1 16 16384 64 0" "4 32 2048 80 0"; do
     "$H" bwd_time $shape bf16 10
   done >"$OUT/hopper_bwd_time.txt" 2>&1
-  python3 scripts/gpu/sdpa_attention_time.py >"$OUT/sdpa_time.txt" 2>&1
+  python3 tools/probes/sdpa/sdpa_attention_time.py >"$OUT/sdpa_time.txt" 2>&1
 fi
 i=0
 for k in "$@"; do

@@ -4,24 +4,22 @@
 # fail rather than skip when GPUs are missing (LMSCALE_REQUIRE_GPU=1, but 2-GPU tests on a 1-GPU
 # machine only skip). Writes OUT/python_gpu.log, OUT/python_gpu.xml (JUnit) and OUT/summary.txt.
 #
-#   ./lmscale build && scripts/gpu/gpu_python.sh OUT          (from the repo root; no network needed)
+#   scripts/gpu/gpu_python.sh OUT          (after gpu_check.sh OUT build; no network needed)
 #
-# Expects an existing build (LMSCALE_BUILD_DIR, default build/) with liblmscale.so and lmscale._C,
+# Expects an existing build (LMSCALE_BUILD_DIR, script_init.sh) with liblmscale.so and lmscale._C,
 # and the interpreter that has torch 2.11 (LMSCALE_PYTHON, default python3). pytest must be
 # importable; if it is not, a wheel in .whl/ is installed into OUT/.pytest (carry one with
 # `pip download pytest -d .whl` on a machine with network).
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 PY=${LMSCALE_PYTHON:-python3}
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build}
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 LOG=$OUT/python_gpu.log
 
 fail() { echo "gpu_python: $*" | tee -a "$OUT/summary.txt" >&2; exit 1; }
 
 [[ -f $LMSCALE_BUILD_DIR/liblmscale.so ]] ||
-  fail "no liblmscale.so in $LMSCALE_BUILD_DIR; run ./lmscale build first (or set LMSCALE_BUILD_DIR)."
+  fail "no liblmscale.so in $LMSCALE_BUILD_DIR; run scripts/gpu/gpu_check.sh OUT build first (or set LMSCALE_BUILD_DIR)."
 compgen -G "$LMSCALE_BUILD_DIR/_C.*.so" >/dev/null ||
   fail "lmscale._C was not built in $LMSCALE_BUILD_DIR (its CMake warning names the cause, usually missing Python headers: apt-get install python3-dev), so DDP/ShardedOptimizer cannot be tested."
 if ! "$PY" -c "import pytest" 2>/dev/null; then

@@ -15,7 +15,6 @@
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 ACTION=${2:?usage: $0 OUT start|wait [arg]}
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-$ROOT/build-gpu} PYTHONUNBUFFERED=1
 RES=$LMSCALE_BUILD_DIR/results
 SWEEP=$RES/e2e_compare
 PIDFILE=$RES/sweep.pid

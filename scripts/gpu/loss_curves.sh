@@ -9,8 +9,8 @@
 # PRECISIONS: a comma list (default bf16, plus fp8 when this build's `lmscale train --precision`
 # accepts it; the reference trains bf16 and fp16 only, its fp8 run is recorded as skipped). Knobs:
 # SIZE (small), STEPS (2000), EVAL_EVERY (100), EVAL_BATCHES (16), BATCH (4), CONTEXT (512),
-# LMSCALE_BUILD_DIR (/tmp/lmscale-build-train: kept while the machine is held, so a second call skips
-# the build), LMSCALE_CMAKE_ARGS (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16": small needs
+# LMSCALE_BUILD_DIR (script_init.sh: kept while the machine is held, so a second call skips the
+# build), LMSCALE_CMAKE_ARGS (e.g. "-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16": small needs
 # only head dim 64; a quicker build), LMSCALE_COMMIT (the GPU machine has no .git), LMSCALE_PYTHON,
 # IMPLS (lmscale,torch-eager), TRAIN_ARGS (more `lmscale train` flags, e.g. "--fp8-min-dim 0": small's
 # layers are all under the FP8 default's 1024, so its fp8 run is bf16 unless told otherwise).
@@ -23,9 +23,8 @@
 # brings the records into the repo.
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
-export LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/lmscale-build-train} LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90}
-export LMSCALE_PYTHON=${LMSCALE_PYTHON:-$(command -v python3)} PYTHONUNBUFFERED=1
-LMSCALE=$LMSCALE_BUILD_DIR/lmscale
+export LMSCALE_PYTHON=${LMSCALE_PYTHON:-$(command -v python3)}
+LMSCALE=$BIN
 if [[ ! -x $LMSCALE ]]; then
   start=$SECONDS
   LMSCALE_BUILD_TARGETS=lmscale_cli "$ROOT/lmscale" build >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }

@@ -1,8 +1,8 @@
-# Sourced by the one-call GPU scripts (session_check.sh, attention_check.sh, fp8_check.sh) after RES, OUT and STAGES are
-# set: want NAME (is the stage asked for), pack (OUT/$TARBALL from RES), stage NAME SECONDS CMD...
+# Sourced by gpu_check.sh (and by gpu_dist.sh and the probes of tools/probes/ for prebuilt_loads, log_clocks) after
+# RES, OUT and TARBALL are set: want NAME (is the stage asked for), pack (OUT/$TARBALL from RES), stage NAME SECONDS CMD...
 # (run inside RES with a time limit, log to RES/NAME.log, append status and seconds to OUT/summary.txt,
 # pack), so a call cut off by its time limit still returns every stage that finished.
-want() { [[ $STAGES == *" $1 "* ]]; }
+want() { [[ " ${STAGES[*]} " == *" $1 "* ]]; }
 pack() { tar czf "$OUT/$TARBALL" -C "$RES" . 2>/dev/null; }
 stage() {
   local name=$1 limit=$2; shift 2
@@ -14,7 +14,7 @@ stage() {
   return $rc
 }
 # log_clocks FILE [MS]: the SM clock, power draw and clock-event reasons every MS ms (200) into FILE until the
-# script exits: whether a stage ran at full clock or under the power cap (docs/flash_notes.md, "The product's
+# script exits: whether a stage ran at full clock or under the power cap (docs/flash_history.md, "The product's
 # d = 128 gap").
 log_clocks() {
   local fields=timestamp,clocks.sm,power.draw,temperature.gpu

@@ -1,4 +1,4 @@
-// Faults injected on purpose, for tests of the paths that record a failed cell (issues 21, 29): the
+// Faults injected on purpose, for tests of the paths that record a failed cell (real ones are rare): the
 // one reader of LMSCALE_INJECT_FAULT (and of its older shorthand LMSCALE_INJECT_OOM). The settings are
 // checked once at start (check_fault_injection: an unknown fault or size is a usage error), and an
 // injected failure carries its kind (InjectedFaultError), so a cell's status comes from the cause,

@@ -1,4 +1,4 @@
-// SIGTERM and SIGINT end a run cleanly (issue 29): the subprocesses run_process started get the same
+// SIGTERM and SIGINT end a run cleanly (no orphans): the subprocesses run_process started get the same
 // signal and are waited for (and die with lmscale anyway: PR_SET_PDEATHSIG, core/process.cpp), the
 // temporary files registered here are removed, and one line on stderr says what was kept and how to
 // go on (set_interrupt_note); the process then exits 128 + the signal. Records are appended one whole

@@ -115,7 +115,7 @@ CommHook bf16_compress_hook(const Group& group) {
 CommHook allreduce_average_hook(const Group& group) {
   // NCCL averages inside the collective (ReduceOp::AVG, NCCL's ncclAvg), which saves a pass over every
   // bucket (98 kernels per XL step at 100 MB buckets): the XL bf16 step on 2 H100s went from 113.9 / 116.1
-  // to 106.9 / 109.4 ms (docs/results/h100x2_dist_2026_11_26). Gloo has no average, so its buckets are
+  // to 106.9 / 109.4 ms (docs/results/runs/2026-11-26-8959ce7-distributed). Gloo has no average, so its buckets are
   // divided first.
   if (group.kind == BackendKind::Nccl) {
     return [backend = group.backend](GradBucket& bucket) {

@@ -1,4 +1,4 @@
-// Distributed faults explained (issue 21): a collective that fails or times out is reported with
+// Distributed faults explained (a bare timeout names no culprit): a collective that fails or times out is reported with
 // the rank, the collective, the step, the ranks that never arrived (from the rendezvous store) and
 // the timeout setting; a consistency check compares every parameter across ranks and names the
 // first one that diverged.

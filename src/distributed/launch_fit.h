@@ -1,4 +1,4 @@
-// Whether a `lmscale launch` request fits the machine, checked before any rank starts (issue 29):
+// Whether a `lmscale launch` request fits the machine, checked before any rank starts (not OOM-killed mid-run):
 // ranks against cores, and an estimate of each rank's memory against what the machine has free
 // (host memory for CPU ranks, each GPU's memory when ranks share GPUs). A request that cannot fit
 // is refused with the numbers and the override flag; one that only oversubscribes the cores
@@ -26,7 +26,7 @@ struct LaunchRequest {
 };
 
 // Memory one rank needs, estimated: a libtorch process with Gloo (measured: ~440 MB per CPU rank of
-// `bench ddp --size tiny`, issue 29) plus 16 bytes per parameter (fp32 weights, gradients and the
+// `bench ddp --size tiny`) plus 16 bytes per parameter (fp32 weights, gradients and the
 // two AdamW moments); a GPU rank adds its CUDA context to the GPU's share.
 inline constexpr int64_t kRankProcessBytes = int64_t{400} << 20;
 inline constexpr int64_t kCudaContextBytes = int64_t{512} << 20;

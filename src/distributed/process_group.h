@@ -69,7 +69,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
 int store_listen_socket(const std::string& addr, int port, std::string& why);
 
 // NCCL knobs that trade communication speed for SMs and memory bandwidth left to the backward
-// (issue 18): bounds on the CTAs NCCL launches per collective (its communicator config) and a
+// (which runs beside them): bounds on the CTAs NCCL launches per collective (its communicator config) and a
 // high-priority communication stream. Zero / false keep NCCL's defaults. Ignored by Gloo.
 struct NcclTuning {
   int max_ctas = 0;

@@ -88,7 +88,7 @@ std::string flash_supported_list() {
          FlashHeadDims::str() + "}";
 }
 
-// ---- Hopper path (issue 17): the sm_90a kernels of src/kernels/hopper/ where they apply (FlashParams::path).
+// ---- Hopper path (wgmma, TMA): the sm_90a kernels of src/kernels/hopper/ where they apply (FlashParams::path).
 namespace {
 #ifdef LMSCALE_FA_HOPPER
 // True when the Hopper kernels should run `p`; `why_not` is the direction's *_unsupported_reason. A forced

@@ -1,4 +1,4 @@
-// Device helpers for the kernels that take the amax of an FP8 operand while they write it (issue 27:
+// Device helpers for the kernels that take the amax of an FP8 operand while they write it (saving a pass:
 // RMSNorm, SwiGLU and RoPE, forward or backward): one stored value's contribution, the block's max
 // folded into the tensor's amax, and the slot zeroed before the launch. The same amax as
 // fp8_amax_kernel's pass over the stored tensor (fp8_cast.cu), bit for bit. Header-only, no ATen.

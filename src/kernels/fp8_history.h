@@ -1,4 +1,4 @@
-// Delayed FP8 scaling (issue 27): one operand's amax history in device memory, the roll that folds a
+// Delayed FP8 scaling (no amax pass): one operand's amax history in device memory, the roll that folds a
 // step's amax into it and derives the next step's scale, and what a producer kernel that writes the
 // operand in FP8 itself is handed. The scale rule is fp8_scale.h's. Plain structs, no ATen, no CUDA.
 #pragma once

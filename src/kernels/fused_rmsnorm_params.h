@@ -8,7 +8,7 @@
 //             dg = Σ_rows dy ⊙ h · rstd
 // One launch each way (the backward adds a small column sum of per-block partials of dg, so the sum
 // is deterministic). All row-major tensors contiguous (rows, C).
-// FP8 (issue 27): y and the residual's gradient are FP8 GEMM operands (QKV or W1/W3 input; the dY of
+// FP8 (saves a pass): y and the residual's gradient are FP8 GEMM operands (QKV or W1/W3 input; the dY of
 // the output projection or W2); given a slot, each kernel also takes max |·| of what it stores there,
 // bit-identical to fp8_amax_kernel's pass over the stored tensor (kernels/fp8_amax.cuh).
 // Under delayed scaling (fp8_history.h) the forward writes y in FP8 itself (row-major; a row kernel

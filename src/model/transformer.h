@@ -23,7 +23,7 @@ namespace lmscale {
 // more than the faster GEMM saves. The defaults come from the per-GEMM H100 timings (FP8 buys
 // small 1.10× before casts, xl 1.56×, 2.7B 1.73×): every block layer of medium and up in FP8, small
 // all bf16, the LM head bf16. Not yet measured end to end: docs/training_step_notes.md (FP8) has the
-// ablation that decides them (scripts/gpu/fp8_check.sh, stages ablate and ablate-small).
+// ablation that decides them (scripts/gpu/gpu_check.sh, stage fp8-ablate).
 constexpr int64_t kFp8MinDim = 1024;
 
 // How FP8 operands get their per-tensor scale (docs/training_step_notes.md, delayed scaling):

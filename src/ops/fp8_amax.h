@@ -1,4 +1,4 @@
-// The amax of an FP8 operand taken by the kernel that wrote it (issue 27). A producer (RMSNorm, the
+// The amax of an FP8 operand taken by the kernel that wrote it (no pass of its own). A producer (RMSNorm, the
 // SwiGLU gate, RoPE's backward: ops/fused_*) given an Fp8Amax slot stores max |t| of the tensor t it
 // writes there; the FP8 cast of t (ops/fp8_quantize.h) then reads that amax instead of running its
 // own pass over t. The slot also knows which tensor its amax is of, so a consumer handed anything else

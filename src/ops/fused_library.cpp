@@ -437,7 +437,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
 // (torch.library.register_autograd in python/lmscale/nn/_ops.py and attention.py, on the Autograd alias key).
 // A Python kernel costs every call a trip through the interpreter, even the calls it only passes on below
 // autograd: every call of a torch.compile'd graph (its forward and backward run with grad off) and every
-// backward op in eager (issue 28: 10-50 µs a call on a dev VM's CPU; scripts/gpu/drop_in_host.py measures
+// backward op in eager (10-50 µs a call on a dev VM's CPU; tools/probes/drop_in/drop_in_host.py measures
 // it on the CUDA path). This kernel, registered on AutogradCPU and AutogradCUDA (a kernel on a backend's
 // autograd key comes before one on the alias), passes those calls below autograd itself, as the Python
 // kernel would; a call that records a graph (grad on, an input requiring grad) goes to the Python formula

@@ -78,7 +78,7 @@ std::string link(const std::string& f) { return "[" + f + "](" + f + ")"; }
 
 // What a file report did not make is, going by its name (for the index).
 std::string kind_of_other(const std::string& name) {
-  if (name.back() == '/') return "a folder of its own (when it is an `--in` folder, its records are merged above)";
+  if (name.back() == '/') return "a folder of its own (its records are merged only when it is given as --in)";
   if (name.find("transcript") != std::string::npos) return "transcript, written by a script (no records behind it)";
   const std::string ext = fs::path(name).extension().string();
   if (ext == ".md") return "page written by hand or by a command, not from records (no records behind it)";
@@ -87,13 +87,32 @@ std::string kind_of_other(const std::string& name) {
   return "not made by `lmscale report`";
 }
 
+// Every folder below `out` that says what it is (a README.md), with that page's first line, in path
+// order: the topic folders and the dated runs (runs/<date>-<commit>-<topic>/) with their sub-folders.
+std::string folders_section(const fs::path& out) {
+  std::vector<std::pair<std::string, std::string>> found;
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_directory() || e.is_symlink() || !fs::is_regular_file(e.path() / "README.md")) continue;
+    std::ifstream f(e.path() / "README.md");
+    std::string first;
+    std::getline(f, first);
+    first.erase(0, first.find_first_not_of("# "));
+    found.emplace_back(fs::relative(e.path(), out).generic_string(), first);
+  }
+  if (found.empty()) return "";
+  std::sort(found.begin(), found.end());
+  std::string md = "\n## Folders (each with the first line of its README.md)\n\n";
+  for (const auto& [rel, first] : found) md += "- [" + rel + "/](" + rel + "/README.md) — " + first + "\n";
+  return md;
+}
+
 std::string index_page(const fs::path& out, const ReportSummary& s, const std::map<std::string, Merged>& merged,
                        const std::vector<TableView>& views) {
   const std::string schema = fs::exists(out / "SCHEMA.md") ? "[SCHEMA.md](SCHEMA.md)" : "docs/results/SCHEMA.md";
   std::string md = "# Results index\n\nWritten by `lmscale report` (" + run_info().date +
                    "): every table below is rebuilt from the records in the `.jsonl` files beside it, never "
-                   "copied from a run; the fields are explained in " + schema + ".\n\n"
-                   "## Tables, one per records file\n\n";
+                   "copied from a run; the fields are explained in " + schema + ".\n\n";
+  if (!s.tables.empty()) md += "## Tables, one per records file\n\n";
   for (const auto& t : s.tables) {
     const std::string stem = fs::path(t).stem().string();
     const auto& records = merged.at(stem).records;
@@ -123,7 +142,7 @@ std::string index_page(const fs::path& out, const ReportSummary& s, const std::m
           "`lmscale report` leaves them as they are.\n\n";
     for (const auto& f : s.other) md += "- " + link(f) + " — " + kind_of_other(f) + "\n";
   }
-  return md;
+  return md + folders_section(out);
 }
 
 // The named tables: those of the output folder, then each input's (an input's entry replaces one of
@@ -201,6 +220,10 @@ ReportSummary write_report(const ReportOptions& o) {
   }
 
   for (const auto& in : o.inputs) {
+    // A folder rebuilt in place (--in X --out X) has its own records, read above; the folders inside it
+    // are runs of their own (docs/results/runs/...), listed by the index, never merged into it.
+    std::error_code in_place;
+    if (fs::equivalent(in, out, in_place)) continue;
     std::vector<fs::path> files;
     for (const auto& e : fs::recursive_directory_iterator(in)) {
       if (e.is_symlink()) {

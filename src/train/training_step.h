@@ -40,7 +40,7 @@ struct StepSetup {
   c10::Device device = c10::Device("cpu");
   AdamWOptions adamw;
   uint64_t seed = 0;
-  // The fast path (docs/spec.md §2 and issue 16): fused kernels on CUDA (`--no-fused` turns them
+  // The fast path (docs/spec.md §2; what beats torch.compile): fused kernels on CUDA (`--no-fused` turns them
   // off for ablation) and AdamW run per parameter as soon as its gradient is final.
   bool fused = true;
   bool optimizer_in_backward = false;
@@ -99,7 +99,7 @@ class TrainingStep {
   // weights. Needed after anything but the step writes the parameters, e.g. DDP's or ZeRO's broadcast from
   // rank 0 at construction or a checkpoint load: such a write leaves every copy stale (the weight's
   // version moved), and the Linears then fall back to autocast's cast of every weight in every forward.
-  // Measured on 2 H100s (docs/results/h100x2_dist_2026_11_26): XL bucketed DDP without it ran the slow path.
+  // Measured on 2 H100s (docs/results/runs/2026-11-26-8959ce7-distributed): XL bucketed DDP without it ran the slow path.
   void resync_weight_copies();
   // The bf16 copy of each parameter (one per model parameter, undefined where none), as handed to the
   // optimizer; empty when the step keeps none. A data-parallel optimizer takes them over.

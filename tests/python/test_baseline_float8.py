@@ -2,7 +2,7 @@
 the swap to nn.Linear keeps every parameter and the model's output, the layer filter is lmscale's
 (no LM head, no layer narrower than min_dim), precision fp8 and the float8 impls go together (anything
 else is an error record, not a silent bf16 run), and without the pinned torchao the error says how to
-get it. The float8 step itself needs a GPU with FP8 (scripts/gpu/fp8_check.sh runs it on an H100)."""
+get it. The float8 step itself needs a GPU with FP8 (scripts/gpu/gpu_check.sh, stage float8, runs it on an H100)."""
 import importlib.util
 
 import pytest

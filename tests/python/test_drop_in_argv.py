@@ -1,4 +1,4 @@
-"""argv_without (lmscale.drop_in_bench): how the drop-in benchmark and scripts/gpu/drop_in_host.py re-run
+"""argv_without (lmscale.drop_in_bench): how the drop-in benchmark and tools/probes/drop_in/drop_in_host.py re-run
 their own command for one cell, with an option taken out."""
 from lmscale.drop_in_bench import argv_without
 

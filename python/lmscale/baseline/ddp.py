@@ -18,23 +18,21 @@ peak_allocated on GPUs. Times are means over the timed steps on each rank, then 
 """
 import argparse
 import contextlib
-import datetime
-import json
 import os
 import secrets
 import shlex
-import subprocess
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
+from lmscale import records as result_records
+
 # d_model, d_ff, layers, heads (docs/spec.md §1)
 SIZES = {"tiny": (64, 256, 2, 4), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
          "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
 VOCAB = 10000
-SCHEMA_VERSION = 2  # docs/results/SCHEMA.md
 IMPLS = ("torch-single", "torch-ddp", "torch-ddp-bf16", "torch-fsdp2")
 
 
@@ -153,9 +151,8 @@ def main(argv=None):
     if cuda:
         torch.cuda.set_device(local)
     dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    commit = os.environ.get("LMSCALE_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    commit = result_records.commit(ask_git=True)
+    date = a.date or result_records.utc_now()
     run = secrets.token_hex(8)  # this invocation's id (results/SCHEMA.md): unique where a date is not
     command = a.command or " ".join(shlex.quote(x) for x in
                                     ["torchrun", f"--nproc-per-node={world}", "-m", "lmscale.baseline.ddp"] + sys.argv[1:])
@@ -192,19 +189,17 @@ def main(argv=None):
             if rank == 0:
                 print(f"[{name}] {a.size} {prec}: step {step:.2f} ms, backward {bwd:.2f} ms", flush=True)
             for metric, value, unit in metrics:
-                r = {"schema": SCHEMA_VERSION, "bench": "ddp", "impl": name, "status": "ok", "size": a.size, "precision": prec, "batch": a.batch,
-                     "context": a.context, "world": world, "backend": "nccl" if cuda else "gloo", "metric": metric,
-                     "value": value, "unit": unit, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
-                     "commit": commit, "date": date, "run": run, "command": command, "torch": torch.__version__}
+                config = {"size": a.size, "precision": prec, "batch": a.batch, "context": a.context, "world": world,
+                          "backend": "nccl" if cuda else "gloo", "metric": metric, "value": value, "unit": unit}
+                r = {**result_records.record_base("ddp", name, "ok", config, gpu=result_records.gpu_name(dev),
+                                                  commit=commit, date=date, command=command),
+                     "run": run, "torch": torch.__version__}
                 if impl in ("torch-ddp", "torch-ddp-bf16"):
                     r["bucket_mb"] = a.bucket_mb
                     r["comm_dtype"] = "bf16" if impl.endswith("bf16") else "fp32"
                 records.append(r)
     if rank == 0:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "ddp.jsonl"), "a") as fh:
-            for r in records:
-                fh.write(json.dumps(r) + "\n")
+        result_records.append(os.path.join(a.out, "ddp.jsonl"), records)
     dist.destroy_process_group()
 
 

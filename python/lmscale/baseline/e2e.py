@@ -42,15 +42,27 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+
+def _records_module():
+    """lmscale/records.py (the records' schema and writer), loaded from its file: importing the lmscale
+    package would load liblmscale into this process, which times PyTorch alone."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records.py")
+    spec = importlib.util.spec_from_file_location("_baseline_records", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+result_records = _records_module()
+
 IMPLS = ("torch-eager", "torch-compile", "torch-compile-ro", "torch-float8", "torch-float8-ro")
 SCOPES = ("model", "naive")
-SCHEMA_VERSION = 2  # docs/results/SCHEMA.md
 
 
 # ------------------------------------------------------------------------------ the model (spec §1)
@@ -378,17 +390,10 @@ CONFIG_FIELDS = ("size", "d_model", "d_ff", "layers", "heads", "vocab", "context
 
 def records(c, impl, status, reason, metrics, fields):
     """The config's e2e records in the results schema: one per metric, or one "status" record."""
-    base = {"schema": SCHEMA_VERSION, "bench": "e2e", "impl": impl, "status": status,
-            **{k: c[k] for k in CONFIG_FIELDS}, "params": param_count(c), "cuda_graph": False, **fields,
-            "gpu": torch.cuda.get_device_name(c["device"]) if c["device"].startswith("cuda") else "cpu",
-            "commit": os.environ.get("LMSCALE_COMMIT", "unknown"), "date": STARTED, "command": COMMAND}
-    if status != "ok":
-        return [{**base, "reason": reason, "metric": "status", "value": None, "unit": ""}]
-    out = []
-    for name, value in metrics.items():
-        stats = value if isinstance(value, dict) else {"value": value}
-        out.append({**base, "metric": name, **stats, "unit": UNITS[name]})
-    return out
+    config = {**{k: c[k] for k in CONFIG_FIELDS}, "params": param_count(c), "cuda_graph": False, **fields}
+    base = result_records.record_base("e2e", impl, status, config, gpu=result_records.gpu_name(c["device"]),
+                                      commit=result_records.commit(), date=STARTED, command=COMMAND)
+    return result_records.metric_records(base, metrics, UNITS, reason)
 
 
 def run_one(runner, c):
@@ -408,7 +413,7 @@ def run_one(runner, c):
     return result
 
 
-STARTED = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+STARTED = result_records.utc_now()
 COMMAND = " ".join(["python -m lmscale.baseline.e2e"] + sys.argv[1:])
 DEFAULTS = {"size": "custom", "vocab": 10000, "d_model": 768, "d_ff": 3072, "layers": 12, "heads": 12,
             "context": 512, "model_context": 0, "batch": 4, "precision": "bf16", "mode": "train-step",

@@ -78,7 +78,7 @@ struct BwdConfig {
   static constexpr int kRowBytes = kBlockM * 4;                 // L or D of one slot
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // The warpgroup index broadcast as warp-uniform (flash_bwd_hopper_kernel). Measured sustained on an H100
-  // (docs/flash_notes.md, backward v5.2; results/h100_check/attention_v5_2): at d = 80 and 128 it is part of
+  // (docs/flash_notes.md, backward v5.2; results/runs/2026-11-26-aa39c99-attention-v5.2): at d = 80 and 128 it is part of
   // the -1 to -2.4 %; at d = 64 the kernel without it is 3.8 % faster at 16k causal (2.983 against 3.086 ms,
   // fewer cycles per tile) and 0.5 % slower not causal, so d = 64 leaves the index to the compiler.
   static constexpr bool kUniformWarpgroup = D != 64;

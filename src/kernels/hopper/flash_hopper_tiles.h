@@ -27,7 +27,7 @@ constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }              
 constexpr int bwd_block_m(int d) { return d == 64 ? 128 : 64; }
 // Note [K in registers] (flash_bwd_hopper.cuh): k-steps of S^T = K Q^T with K in registers. d = 128 holds 5 of
 // its 8, the most that fit beside dK and dV without ptxas serialising the wgmmas; measured on an H100
-// (docs/flash_notes.md, backward v5.3; results/h100_check/attention_v5_3): the main kernel -1.4 % at ncu's fixed
+// (docs/flash_notes.md, backward v5.3; results/runs/2026-11-26-12c518e-attention-v5.3): the main kernel -1.4 % at ncu's fixed
 // clocks at 16k x 128 causal, the sustained backward -0.8, 0.0 and -0.3 % in three calls, 8k x 128 level; 4
 // k-steps were level. d = 64 / 80 keep K in shared memory (their 64-byte swizzle would need its own fragment
 // addressing; not measured).

@@ -291,5 +291,36 @@ TEST(Report, MemoryPlotPathsAreNeverReadByAShell) {
   EXPECT_FALSE(exists("PWNED") || exists(dir + "/PWNED") || exists("PWNED2"));
 }
 
+// docs/results: runs in folders of their own below the results folder. Rebuilding that folder in place
+// merges none of their records into it, and its index lists every folder that has a README.md with
+// the page's first line (tests/house/check_results_index.py holds the committed index to that).
+TEST(Report, InPlaceMergesNoSubFolderAndTheIndexListsEveryFolderWithItsFirstLine) {
+  const std::string out = temp_dir("report-folders") + "/results";
+  write_file(out + "/README.md", "# Measured results\n");
+  write_file(out + "/e2e/README.md", "# The training step\n\nCurrent numbers.\n");
+  ::mkdir((out + "/runs").c_str(), 0755);
+  write_file(out + "/runs/2026-11-26-abc1234-ddp/README.md", "# DDP on two GPUs, 2026-11-26\n");
+  write_file(out + "/runs/2026-11-26-abc1234-ddp/ddp.jsonl", ddp_line("GPU-A", "lmscale-naive", 10));
+  write_file(out + "/runs/2026-11-26-abc1234-ddp/call1/README.md", "# The first call\n");
+  write_file(out + "/runs/2026-11-26-abc1234-ddp/call1/x.log", "log\n");
+  const auto r = run_cli_argv({"report", "--in", out, "--out", out, "--no-plots"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(exists(out + "/ddp.jsonl")) << "a run's records were merged into the folder above it";
+  EXPECT_FALSE(exists(out + "/ddp.md"));
+  const std::string index = read_text(out + "/index.md");
+  for (const char* want : {"- [e2e/](e2e/README.md) — The training step\n",
+                           "- [runs/2026-11-26-abc1234-ddp/](runs/2026-11-26-abc1234-ddp/README.md) — DDP on two GPUs, 2026-11-26\n",
+                           "- [runs/2026-11-26-abc1234-ddp/call1/](runs/2026-11-26-abc1234-ddp/call1/README.md) — The first call\n"})
+    EXPECT_NE(index.find(want), std::string::npos) << want << " missing from:\n" << index;
+  EXPECT_EQ(index.find("[runs/](runs/README.md)"), std::string::npos) << "a folder without README.md listed:\n" << index;
+
+  // The run folder itself, reported in place, keeps its own records and tables.
+  const std::string run = out + "/runs/2026-11-26-abc1234-ddp";
+  const auto again = run_cli_argv({"report", "--in", run, "--out", run, "--no-plots"});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(read_text(run + "/ddp.md").find("lmscale-naive"), std::string::npos);
+  EXPECT_NE(read_text(run + "/index.md").find("- [call1/](call1/README.md) — The first call"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace lmscale
