@@ -1,30 +1,26 @@
 #!/usr/bin/env bash
 # GPU run of the distributed part (2 or 4 GPUs): build, NCCL equivalence tests, `bench ddp` (the
 # designs on the default step; + PyTorch's DDP and FSDP2 on the same model, eager and compiled),
-# `bench comm` (NCCL, then Gloo), `bench zero`. Results (JSONL, MD), logs
-# and gzipped Perfetto traces land in $OUT as at most 8 files. Run through the device tool on
-# nvidia-h200-x2 from a source tree (the repo, or a clean snapshot of it), e.g.
-#   LMSCALE_COMMIT=abc1234 bash scripts/gpu/gpu_dist.sh build tests ddp torch comm zero
-# Issue 18's full table: build tests ddp torch tuning zero (bf16 communication, ZeRO-2, NCCL
-# CTA limits and stream priority, PyTorch DDP fp32/bf16 and FSDP2 in the same run).
+# `bench comm` (NCCL, then Gloo), `bench zero`. Results (JSONL, MD), logs and gzipped Perfetto traces
+# land in OUT as two archives. Run through the device tool on nvidia-h200-x2 / -x4 (carry .deps), e.g.
+#   scripts/gpu/gpu_dist.sh OUT build tests ddp torch comm zero
 # Phases run in the order given and each is cut off at DEADLINE_S seconds after the start (default
 # 440), so the results of the finished ones always come back. BUILD_TARGETS limits the build.
-# NPROC (default 2) sets the number of processes, one GPU each (4 or 8 on the larger kinds; issues 6, 7).
-# Benchmarks run inside $OUT/res with relative --out folders, so recorded commands name no machine path.
-# With prebuilt/ carried (lmscale, liblmscale.so, lmscale_tests built elsewhere against the same torch and CUDA),
-# the build phase only checks that they load (prebuilt_loads, timed_stages.sh), the setting the 2-GPU calls
-# of docs/results/h100x2_dist_2026_11_26 used by hand.
+# NPROC (default 2) sets the number of processes, one GPU each; DDP_ARGS replaces bench ddp's design
+# flags. Benchmarks run inside OUT/res with relative --out folders, so recorded commands name no
+# machine path. With prebuilt/ carried (lmscale, liblmscale.so, lmscale_tests built elsewhere against
+# the same torch and CUDA) the build phase only checks that they load (prebuilt_loads, timed_stages.sh).
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$(dirname "$0")/script_init.sh" "$@"  # OUT, ROOT, LMSCALE_BUILD_DIR, BIN: the convention
+shift
 source "$ROOT/scripts/gpu/timed_stages.sh"  # prebuilt_loads
-OUT=${OUT:-$ROOT/gpu-out}
 RES=$OUT/res
 mkdir -p "$RES" "$OUT/logs"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LMSCALE_COMMIT=${LMSCALE_COMMIT:-unknown} PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE_S:-440}
-B=${LMSCALE_BUILD_DIR:-/tmp/b}
-L=$B/lmscale
+B=$LMSCALE_BUILD_DIR
+L=$BIN
 log() { echo "[gpu_dist ${SECONDS}s] $*"; }
 left() { echo $((DEADLINE - SECONDS > 5 ? DEADLINE - SECONDS : 5)); }
 run() { timeout -k 5 "$(left)" "$@"; }
@@ -37,10 +33,9 @@ phase_build() {
   fi
   # The bootstrap (its compiler choice included), building only the targets and kernels this run needs.
   log "build ($ROOT) targets: ${BUILD_TARGETS:-lmscale_cli lmscale_tests}"
-  LMSCALE_BUILD_DIR=$B LMSCALE_PYTHON=$(command -v python3) LMSCALE_JOBS=${LMSCALE_JOBS:-30} \
+  LMSCALE_PYTHON=$(command -v python3) LMSCALE_JOBS=${LMSCALE_JOBS:-30} \
     LMSCALE_BUILD_TARGETS="${BUILD_TARGETS:-lmscale_cli lmscale_tests}" \
-    LMSCALE_CUDA_ARCHS=${LMSCALE_CUDA_ARCHS:-90} LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" \
-    "$ROOT/lmscale" build \
+    LMSCALE_CMAKE_ARGS="-DLMSCALE_FA_HEADDIMS=64 -DLMSCALE_FA_DTYPES=bf16" "$ROOT/lmscale" build \
     >"$OUT/logs/build.log" 2>&1 || grep -B2 -A12 "FAILED\|error:" "$OUT/logs/build.log" | head -n 60
   [[ -x $L ]] || { log "no CLI binary"; return 1; }
   python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())'
@@ -97,7 +92,9 @@ phase_zero() {
   (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench zero --size ${DDP_SIZE:-xl} \
     --impls unsharded,zero1-reduce-scatter,zero2 --out .) 2>&1 | tee "$OUT/logs/zero.log" | grep -v "^\[rank [1-9]"
 }
-for p in "$@"; do
+phases=("$@")
+((${#phases[@]})) || phases=(build tests ddp)
+for p in "${phases[@]}"; do
   if (( SECONDS >= DEADLINE - 10 )); then log "skipping $p: deadline"; continue; fi
   "phase_$p" || { log "phase $p failed"; [[ $p == build ]] && break; }
 done
