@@ -166,18 +166,27 @@ DistributedOptimizer::DistributedOptimizer(std::vector<at::Tensor> params, std::
                                                  : at::Tensor());
     buckets_.push_back(std::move(bucket));
   }
-  if (options_.layout == ShardLayout::Zero2) {
-    // Note [ZeRO-2 gradient ring]: the ring buckets' gradients go through grad_ring_slots reusable buffers of
-    // the largest such bucket, in bucket order, instead of one caching-allocator block per bucket per step: a
-    // freed block that NCCL still reads cannot serve the backward's next allocations, which then wait or grow
-    // the pool. Bucket b takes slot b mod k once bucket b - k's reduce-scatter is sent; the stream writing
-    // into it first waits for that reduce-scatter (a stream wait). DeepSpeed's ZeRO-2 double-buffers likewise.
-    int64_t largest = 0;
-    for (const auto& b : buckets_)
-      if (b.in_ring) largest = std::max(largest, b.shard.padded_total);
-    if (largest > 0)
+  if (options_.layout == ShardLayout::Zero2 && options_.grad_ring_slots > 0) {
+    // Note [ZeRO-2 gradient ring]: the ring buckets' gradients go through grad_ring_slots reusable buffers, in
+    // bucket order, instead of one caching-allocator block per bucket per step: a freed block that NCCL still
+    // reads cannot serve the backward's next allocations, which then wait or grow the pool. A slot holds a
+    // bucket of the cap; a bucket past it (one tensor larger than the cap) takes a buffer of its own each step,
+    // so the ring stays k caps whatever the model. The r-th ring bucket takes slot r mod k once the (r-k)-th
+    // one's reduce-scatter is sent; the stream writing into it first waits for that reduce-scatter (a stream
+    // wait). DeepSpeed's ZeRO-2 double-buffers its gradient buckets likewise.
+    int64_t slot = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Bucket& bucket = buckets_[b];
+      const int64_t param_bytes = (bucket.offsets.back() + params_[bucket.variables.back()].numel()) *
+                                  params_[bucket.variables.back()].element_size();
+      if (!bucket.in_ring || param_bytes > std::max<int64_t>(cap, 0) || cap == kUnlimitedBucketBytes) continue;
+      bucket.ring_position = static_cast<int64_t>(ring_order_.size());
+      ring_order_.push_back(b);
+      slot = std::max(slot, bucket.shard.padded_total);
+    }
+    if (!ring_order_.empty())
       for (size_t k = 0; k < options_.grad_ring_slots; ++k)
-        ring_.push_back(at::empty({largest}, params_.front().options().requires_grad(false).dtype(comm)));
+        ring_.push_back(at::empty({slot}, params_.front().options().requires_grad(false).dtype(comm)));
   }
   launched_.assign(buckets_.size(), false);
   for (const auto& p : params_)
@@ -226,14 +235,15 @@ void DistributedOptimizer::take_autograd_grad(size_t i) {
 
 at::Tensor& DistributedOptimizer::bucket_grads(Bucket& b) {
   if (!b.grads.defined()) {  // ZeRO-2: this step's buffer, taken at the bucket's first gradient
-    const size_t index = static_cast<size_t>(&b - buckets_.data());
-    const size_t k = ring_.size();  // ring buckets are the first ones (the copy buckets), or all of them
-    if (k > 0 && b.in_ring && (index < k || launched_[index - k])) {
+    const size_t k = ring_.size();
+    const int64_t r = b.ring_position;
+    const size_t before = r >= static_cast<int64_t>(k) ? ring_order_[static_cast<size_t>(r) - k] : SIZE_MAX;
+    if (r >= 0 && (before == SIZE_MAX || launched_[before])) {
       // The slot's last bucket has been sent: the writes that follow wait for its reduce-scatter.
-      if (index >= k && buckets_[index - k].reduce) buckets_[index - k].reduce->wait();
-      b.grads = ring_[index % k].narrow(0, 0, b.shard.padded_total);
+      if (before != SIZE_MAX && buckets_[before].reduce) buckets_[before].reduce->wait();
+      b.grads = ring_[static_cast<size_t>(r) % k].narrow(0, 0, b.shard.padded_total);
     } else {
-      // Out of order (the slot's bucket still filling): a buffer of its own for this step.
+      // Past the cap, no ring, or out of order (the slot's bucket still filling): a buffer of its own.
       b.grads = at::empty({b.shard.padded_total}, b.shard_grad_comm.options());
     }
     const int64_t end = b.offsets.back() + params_[b.variables.back()].numel();

@@ -103,7 +103,8 @@ class DistributedOptimizer : public WeightGradDestination {
     std::vector<int64_t> offsets;   // elements, one per variable
     ShardInfo shard;
     bool gathers_copies = false;    // every parameter has a bf16 copy: the all-gather moves bf16
-    bool in_ring = false;           // ZeRO-2: its gradients pass through the ring, not a buffer of its own
+    bool in_ring = false;           // ZeRO-2: its gradients are not kept between steps
+    int64_t ring_position = -1;     // its place in ring_order_ (-1: a buffer of its own each step)
     at::Tensor flat_params;         // fp32; the parameters live in it
     at::Tensor flat_copies;         // bf16; the copies live in it (gathers_copies only)
     at::Tensor shard_param;         // this rank's slice of flat_params (what AdamW updates)
@@ -126,6 +127,7 @@ class DistributedOptimizer : public WeightGradDestination {
   // ZeRO-2: reusable gradient buffers for the copy buckets (Note [ZeRO-2 gradient ring]), and which buckets
   // have been sent in this step.
   std::vector<at::Tensor> ring_;
+  std::vector<size_t> ring_order_;  // the buckets that use the ring, in bucket order
   std::vector<bool> launched_;
   std::vector<size_t> bucket_of_, slot_of_;  // per parameter: its bucket and place in it
   std::unordered_map<const void*, size_t> index_of_;  // TensorImpl → parameter index

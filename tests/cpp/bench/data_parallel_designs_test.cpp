@@ -46,7 +46,7 @@ TEST(DataParallelDesigns, BenchDdpRunsEveryDesignOnTheStepAndRanksAgree) {
 
 TEST(DataParallelDesigns, BenchZeroShardsStateAndZero2ShardsGradients) {
   const std::string out = temp_dir("zero-designs");
-  const auto r = run_cli("launch -n 2 -- bench zero " + kTiny + "--impl unsharded,zero1,zero2 --bucket-mb 1 "
+  const auto r = run_cli("launch -n 2 -- bench zero " + kTiny + "--impl unsharded,zero1,zero2 --bucket-mb 0.25 "
                              "--check-consistency 1 --out " + out,
                          "OMP_NUM_THREADS=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
