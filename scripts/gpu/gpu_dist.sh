@@ -52,7 +52,7 @@ phase_ddp() {
   log "bench ddp on ${NPROC:-2} ranks"
   (cd "$RES" && run $L launch -n ${NPROC:-2} -- bench ddp --size ${DDP_SIZE:-xl} --precision bf16 --trace-dir ../logs \
     ${DDP_ARGS:---impls single,bucketed,zero1,zero2 --bucket-mb 100 --first-bucket-mb 1 --comm-dtype fp32,bf16 \
-    --trace-impls zero1-100MB-bf16} \
+    --trace-impls zero1-100MB-bf16 --trace-gpu-only} \
     --out .) 2>&1 | tee -a "$OUT/logs/ddp.log" | grep -v "^\[rank [1-9]"
   gzip -f "$OUT"/logs/*.json 2>/dev/null
 }

@@ -77,8 +77,8 @@ std::vector<std::pair<std::string, at::Tensor>> forward_weights(TrainingStep& ts
 // hidden by backward) | optimizer. check_every > 0: after every check_every-th step the weights the
 // forward reads are compared across ranks.
 Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Group& g, int warmup, int steps,
-                  bool profile_last, const std::string& trace_path, int check_every, int loss_every,
-                  std::vector<std::pair<int, double>>* losses) {
+                  bool profile_last, const std::string& trace_path, bool trace_gpu_only, int check_every,
+                  int loss_every, std::vector<std::pair<int, double>>* losses) {
   const auto dev = ts.setup().device;
   StepClock clock(dev);
   std::vector<double> sums(5, 0.0);
@@ -87,7 +87,8 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
     const bool profiling = profile_last && i == warmup + steps;
     namespace prof = torch::autograd::profiler;
     const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-    std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU};
+    std::set<torch::profiler::impl::ActivityType> activities;
+    if (!(trace_gpu_only && dev.is_cuda())) activities.insert(torch::profiler::impl::ActivityType::CPU);
     if (dev.is_cuda()) activities.insert(torch::profiler::impl::ActivityType::CUDA);
     if (profiling && !trace_path.empty()) {
       prof::prepareProfiler(config, activities);
@@ -279,7 +280,8 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                             std::find(ti.begin(), ti.end(), c.label()) != ti.end());
         const std::string path = trace && lead ? o.trace_dir + "/ddp_" + c.label() + "_" + prec + ".json" : "";
         losses.clear();
-        t = time_steps(ts, *dp, g, o.warmup, o.steps, trace, path, o.check_consistency, o.loss_every, &losses);
+        t = time_steps(ts, *dp, g, o.warmup, o.steps, trace, path, o.trace_gpu_only, o.check_consistency, o.loss_every,
+                       &losses);
         state_bytes = dp->state_bytes();
         grad_bytes = dp->grad_bytes();
         if (o.loss_every > 0) curves.emplace_back(prec + " " + c.label(), losses);

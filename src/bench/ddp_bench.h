@@ -40,6 +40,9 @@ struct DdpBenchOptions {
   std::string out = "results";
   std::string trace_dir;          // "" = no traces; else rank 0 writes Chrome traces of one step
   std::vector<std::string> trace_impls{"naive", "bucketed-100MB"};  // impl or label
+  // The traced step records GPU kernels only (no host operators): the profiler's host-side cost then
+  // stays small enough that the step's GPU timeline is the unprofiled one's (false: host operators too).
+  bool trace_gpu_only = false;
 };
 
 // Collective (all ranks). Rank 0 writes <out>/ddp.jsonl and <out>/ddp.md and returns the table.

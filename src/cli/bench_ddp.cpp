@@ -25,6 +25,9 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   app.add_option("--backend", o->backend, "auto (nccl with GPUs, else gloo), nccl, gloo")
       ->check(one_of("backend", {"auto", "nccl", "gloo"}))->capture_default_str();
   app.add_option("--trace-dir", o->trace_dir, "write Chrome/Perfetto traces of one step (rank 0) here");
+  app.add_flag("--trace-gpu-only", o->trace_gpu_only,
+               "traces record GPU kernels only: little host-side profiler cost, so the traced step's GPU timeline "
+               "is the unprofiled one's");
   app.add_option("--trace-impls", o->trace_impls, "which impls to trace (comma list)")->delimiter(',')
       ->capture_default_str();
   app.add_option("--out", o->out, "results folder (ddp.jsonl, ddp.md)")->capture_default_str();
