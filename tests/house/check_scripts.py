@@ -28,8 +28,6 @@ import house_check
 
 GPU = "scripts/gpu"
 PROBES = "tools/probes"
-# Scripts not yet on the convention, each with why; the check still wants their README row.
-EXEMPT = {}
 INIT = re.compile(r'^source "\$\(dirname "\$0"\)/script_init\.sh" "\$@"')
 OWN_SETTING = re.compile(r"^\s*(?:export\s+)?(OUT|ROOT)=|LMSCALE_BUILD_DIR=\$\{LMSCALE_BUILD_DIR:-")
 
@@ -64,7 +62,7 @@ def script_problems(root: Path, rel: str, text: str):
     if not head:
         yield f"{rel}: opens with no comment saying what it does"
         return
-    if head.startswith(("Sourced by", "Runs here")) or name in EXEMPT:
+    if head.startswith(("Sourced by", "Runs here")):
         return
     if not lines[0].startswith("#!/usr/bin/env bash"):
         yield f"{rel}:1: a GPU script starts with #!/usr/bin/env bash"
@@ -128,14 +126,13 @@ def self_test() -> int:
         root = Path(tmp)
         files = {
             f"{GPU}/README.md": "# x\n## Scripts\n| script | job |\n|---|---|\n| `good.sh` | x |\n| `own.sh` | x |\n"
-                                "| `gone.sh` | x |\n| `helper.sh` | x |\n| `plain.sh` | x |\n| `gpu_dist.sh` | x |\n",
+                                "| `gone.sh` | x |\n| `helper.sh` | x |\n| `plain.sh` | x |\n",
             f"{GPU}/good.sh": good.format(n="good.sh"),
             f"{GPU}/norow.sh": good.format(n="norow.sh"),
             f"{GPU}/plain.sh": good.format(n="plain.sh"),
             f"{GPU}/own.sh": "#!/usr/bin/env bash\n# Does a thing.\n#   OUT=x scripts/gpu/own.sh\nset -uo pipefail\n"
                              "OUT=${OUT:-/tmp/x}\nexport LMSCALE_BUILD_DIR=${LMSCALE_BUILD_DIR:-/tmp/b}\n",
             f"{GPU}/helper.sh": "# Sourced by good.sh: helpers.\nf() { :; }\n",
-            f"{GPU}/gpu_dist.sh": "#!/usr/bin/env bash\n# Exempt for now.\nOUT=${OUT:-x}\n",
             f"{GPU}/probe.py": "print(1)\n",
             f"{PROBES}/a/README.md": "# a\nQuestion: is it?\nRetire: when it is.\n",
             f"{PROBES}/a/x.cu": "\n",
