@@ -2,6 +2,7 @@
 #include "train/adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -71,7 +72,8 @@ void FusedAdamW::update(const std::vector<size_t>& which, bool advance_kernel_st
     // On the CPU, torch.optim.AdamW's own op sequence: each op rounds an element the same wherever it
     // sits in its tensor, where ATen's fused CPU kernel rounds a tensor's vector body and scalar tail
     // differently (by an ulp), so a sharded update (distributed/distributed_optimizer.h) would not
-    // reproduce the unsharded one bit for bit.
+    // reproduce the unsharded one bit for bit. A recorded function, so that profiles list AdamW by name.
+    RECORD_FUNCTION("lmscale::adamw_cpu", std::vector<c10::IValue>());
     for (size_t k = 0; k < p.size(); ++k) {
       const double t = s[k].item<double>();
       const double bc1 = 1 - std::pow(opt_.beta1, t), bc2 = 1 - std::pow(opt_.beta2, t);
