@@ -71,7 +71,7 @@ std::vector<std::pair<int, double>> losses(const std::string& file) {
 }
 
 TEST(DataParallelDesigns, TwoLaunchersTrainAsOneLauncherOfFour) {
-  const std::string curve = "bench ddp " + kTiny + "--impl zero1 --bucket-mb 0.25 --loss-every 1 --out ";
+  const std::string curve = "bench ddp " + kTiny + "--impl zero1 --bucket-mb 1 --loss-every 1 --out ";
   const std::string one = temp_dir("one-launcher");
   const auto r = run_cli("launch -n 4 -- " + curve + one, "OMP_NUM_THREADS=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
