@@ -325,3 +325,45 @@ def test_op_top_left_and_bottom_right_differ_only_when_lengths_do():
     torch.testing.assert_close(bottom, reference(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2),
                                                  visible(6, 9, True))[0].transpose(1, 2))
     assert not torch.allclose(top, bottom)
+
+
+# ---------------------------------------------------------------- CUDA (skipped without a GPU)
+CUDA_CASES = {  # q, k/v shapes (B, N, H, D); flash_attn_func's arguments
+    "gqa-causal": ((2, 100, 8, 64), (2, 100, 2, 64), {"causal": True}),
+    "bottom-right-nq<nk": ((2, 60, 4, 64), (2, 130, 4, 64), {"causal": True}),
+    "bottom-right-nq>nk": ((2, 130, 4, 64), (2, 60, 2, 64), {"causal": True}),
+    "decode": ((3, 1, 4, 64), (3, 77, 1, 64), {"causal": True}),
+    "scale": ((2, 100, 4, 64), (2, 100, 4, 64), {"softmax_scale": 0.07}),
+    "window-right-only": ((2, 100, 4, 64), (2, 100, 4, 64), {"window_size": (-1, 3)}),
+    "window-wider-than-keys": ((2, 100, 4, 64), (2, 100, 4, 64), {"causal": True, "window_size": (4096, 0)}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CUDA_CASES.keys())
+def test_cuda_serves_grouped_heads_and_both_alignments(case):
+    """bf16 on the kernels (through the ATen blocks of src/ops/flash_blocks.h where the mask is not the
+    square's) against the fp64 reference of the same rounded inputs, within bf16 noise."""
+    shape_q, shape_kv, kwargs = CUDA_CASES[case]
+    q = torch.randn(*shape_q, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(*shape_kv, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in "kv")
+    out = flash_attn_func(q, k, v, **kwargs)
+    q64, k64, v64 = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    mask = visible(shape_q[1], shape_kv[1], kwargs.get("causal", False), kwargs.get("window_size", (-1, -1)))
+    ref, _ = reference(q64, k64, v64, mask, kwargs.get("softmax_scale"))
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=2e-2, atol=2e-2)
+    dout = torch.randn_like(ref)
+    got = torch.autograd.grad(out, (q, k, v), dout.to("cuda", torch.bfloat16))
+    want = torch.autograd.grad(ref, (q64, k64, v64), dout)
+    for name, g, w in zip("qkv", got, want):
+        torch.testing.assert_close(g.double().cpu(), w, rtol=4e-2, atol=4e-2, msg=lambda m: f"d{name}: {m}")
+
+
+@pytest.mark.gpu
+def test_cuda_refuses_what_runs_on_cpu_only_for_now():
+    q = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="window_left = 8 .*CPU only for now"):
+        flash_attn_func(q, q, q, causal=True, window_size=(8, 0))
+    cu = cu_seqlens([30, 34]).cuda()
+    with pytest.raises(RuntimeError, match=r"cu_seqlens\) run on CPU only for now"):
+        flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 34, 34)
