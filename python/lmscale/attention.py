@@ -66,6 +66,15 @@ def _check_fake_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Non
                  lambda: f"flash_attention: q and k must share the head dim D; got {q.shape}, {k.shape}")
     torch._check(q.dtype == k.dtype == v.dtype,
                  lambda: f"flash_attention: q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    # The fake is also the meta kernel, which a call with any `meta` input reaches: refuse the mix, as PyTorch does.
+    torch._check(q.device == k.device == v.device,
+                 lambda: f"flash_attention: q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
+
+
+def _check_backward_fake(q: torch.Tensor, o: torch.Tensor, L: torch.Tensor, dout: torch.Tensor) -> None:
+    torch._check(q.device == o.device == L.device == dout.device,
+                 lambda: f"flash_attention_backward: o, L, dout must be on q's device {q.device}; got {o.device}, "
+                         f"{L.device}, {dout.device}")
 
 
 def _check_fake_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -73,9 +82,13 @@ def _check_fake_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Non
                  lambda: f"flash_attention_varlen: q must be (total_q, Hq, D), k and v (total_k, Hkv, D); got "
                          f"{q.shape}, {k.shape}, {v.shape}")
     torch._check(q.shape[1] % k.shape[1] == 0 and q.shape[2] == k.shape[2],
-                 lambda: f"flash_attention_varlen: q's heads must be a multiple of k's, and D shared; got {q.shape}, {k.shape}")
+                 lambda: f"flash_attention_varlen: q's heads must be a multiple of k's, and D shared; got {q.shape}, "
+                         f"{k.shape}")
     torch._check(q.dtype == k.dtype == v.dtype,
                  lambda: f"flash_attention_varlen: q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    torch._check(q.device == k.device == v.device,
+                 lambda: f"flash_attention_varlen: q, k, v must be on one device; got {q.device}, {k.device}, "
+                         f"{v.device}")
 
 
 # Both devices return contiguous O and L (the C++ ops guarantee it), so the fakes do too.
@@ -94,6 +107,7 @@ def _attention_fake(q, k, v, is_causal=False, **_mask):
 @torch.library.register_fake("lmscale::flash_attention_backward")
 def _backward_fake(q, k, v, o, L, dout, is_causal=False, **_mask):
     _check_fake_inputs(q, k, v)
+    _check_backward_fake(q, o, L, dout)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -107,6 +121,7 @@ def _varlen_forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
 def _varlen_backward_fake(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           is_causal=False, **_mask):
     _check_fake_varlen(q, k, v)
+    _check_backward_fake(q, o, L, dout)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

@@ -529,9 +529,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
   const auto l_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   TORCH_CHECK(L.dim() == 2 && L.size(0) == q.size(1) && L.size(1) == q.size(0) && L.scalar_type() == l_dtype &&
                   L.device() == q.device(),
-              "flash_attention_varlen_backward: L must be the forward's logsumexp, ", l_dtype, " of shape (Hq, total_q) = (",
-              q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ",
-              L.device());
+              "flash_attention_varlen_backward: L must be the forward's logsumexp, ", l_dtype,
+              " of shape (Hq, total_q) = (", q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(),
+              " ", shape_str(L), " on ", L.device());
   check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
   check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
   return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);

@@ -127,8 +127,8 @@ TEST(FlashAttentionOp, DispatcherOpsMatchTheCppFunctions) {
   // deterministic.
   auto fwd = c10::Dispatcher::singleton()
                  .findSchemaOrThrow("lmscale::flash_attention_forward", "")
-                 .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                           bool, std::optional<double>, bool, int64_t, int64_t, bool)>();
+                 .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
+                                                           std::optional<double>, bool, int64_t, int64_t, bool)>();
   auto bwd = c10::Dispatcher::singleton()
                  .findSchemaOrThrow("lmscale::flash_attention_backward", "")
                  .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
