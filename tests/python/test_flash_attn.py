@@ -367,3 +367,18 @@ def test_cuda_refuses_what_runs_on_cpu_only_for_now():
     cu = cu_seqlens([30, 34]).cuda()
     with pytest.raises(RuntimeError, match=r"cu_seqlens\) run on CPU only for now"):
         flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 34, 34)
+
+
+def test_meta_inputs_mixed_with_cpu_are_refused():
+    """A `meta` tensor among CPU ones reaches the fake (the meta kernel) or the CPU check: either refuses."""
+    q, k = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16, device="meta")
+    with pytest.raises(RuntimeError, match="one device"):
+        torch.ops.lmscale.flash_attention_forward(q, k, k, True, bottom_right=True)
+    cu = cu_seqlens([8])
+    with pytest.raises(RuntimeError, match="one device|q's device"):
+        torch.ops.lmscale.flash_attention_varlen_forward(q[0].transpose(0, 1), k[0].transpose(0, 1),
+                                                         k[0].transpose(0, 1), cu, cu, 8, 8, True)
+    # All on meta: shapes only, through the fakes.
+    qm = q.to("meta")
+    o, L = torch.ops.lmscale.flash_attention_varlen_forward(qm[0], qm[0], qm[0], cu.to("meta"), cu.to("meta"), 8, 8)
+    assert o.shape == (2, 8, 16) and L.shape == (8, 2) and o.device.type == "meta"
