@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 def __getattr__(name: str) -> Any:
     if name == "nn":  # not built: importing it raises the ImportError that names the fix
         return importlib.import_module(".nn", __name__)
+    if name == "flash_attn":  # flash-attn's API (lmscale.flash_attn.flash_attn_func, ...); loads liblmscale
+        return importlib.import_module(".flash_attn", __name__)
     if name in _LAZY:
         value = getattr(importlib.import_module("." + _LAZY[name], __name__), name)
         globals()[name] = value  # later lookups skip __getattr__

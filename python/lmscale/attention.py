@@ -1,12 +1,19 @@
-"""FlashAttention-2 for PyTorch: the C++ ops ``torch.ops.lmscale.flash_attention_{forward,backward}``
-(schemas and CPU/CUDA kernels registered by liblmscale, src/ops/flash_attention.cpp) completed here
-through ``torch.library`` with what PyTorch 2.x asks of a custom op:
+"""FlashAttention-2 for PyTorch: the C++ ops ``torch.ops.lmscale.flash_attention_{forward,backward}`` and
+their packed variable-length twins ``flash_attention_varlen_{forward,backward}`` (schemas and CPU/CUDA
+kernels registered by liblmscale, src/ops/flash_attention.cpp) completed here through ``torch.library``
+with what PyTorch 2.x asks of a custom op:
 
-- a fake (meta) implementation of both ops, so ``torch.compile`` and ``torch.export`` trace them with
+- a fake (meta) implementation of every op, so ``torch.compile`` and ``torch.export`` trace them with
   symbolic shapes (no graph break, no recompile for a new sequence length);
-- the autograd formula of the forward op (``register_autograd``): ``setup_context`` saves q, k, v, O
-  and the logsumexp L with ``save_for_backward``; backward calls the backward op. So
-  ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq).
+- the autograd formula of the forward ops (``register_autograd``): ``setup_context`` saves q, k, v, O
+  and the logsumexp L (and the varlen offsets) with ``save_for_backward``; backward calls the backward
+  op. So ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq).
+
+Every op takes the mask and scale as keyword-only arguments after ``is_causal``: ``scale``,
+``bottom_right`` (the causal diagonal's alignment: SDPA's top-left by default, FlashAttention's
+bottom-right), ``window_left`` / ``window_right`` (a sliding window, -1 unbounded) and ``deterministic``
+(the backward's). ``lmscale.flash_attention`` below is SDPA's contract over them; ``lmscale.flash_attn``
+is FlashAttention's.
 
 ``torch.ops.lmscale.flash_attention`` (O only) gets a fake kernel here too; its autograd is the C++
 ``autograd::Function`` (so C++ programs get gradients through the dispatcher), whose grad_fn is a C++
@@ -31,6 +38,12 @@ __all__ = ["flash_attention", "flash_attention_forward", "flash_attention_backwa
 
 _forward_op = torch.ops.lmscale.flash_attention_forward.default
 _backward_op = torch.ops.lmscale.flash_attention_backward.default
+_varlen_forward_op = torch.ops.lmscale.flash_attention_varlen_forward.default
+_varlen_backward_op = torch.ops.lmscale.flash_attention_varlen_backward.default
+
+# The keyword-only arguments every op shares after is_causal (the mask, the scale, the backward's
+# determinism; src/ops/flash_attention.cpp, docs/spec.md §3.6), with their defaults.
+_MASK_DEFAULTS = {"scale": None, "bottom_right": False, "window_left": -1, "window_right": -1, "deterministic": False}
 
 
 def _logsumexp_dtype(q: torch.Tensor) -> torch.dtype:
@@ -38,47 +51,86 @@ def _logsumexp_dtype(q: torch.Tensor) -> torch.dtype:
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-def _check_fake_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> None:
+def _check_fake_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """The shape rules of the C++ check_qkv, in a form symbolic shapes understand (torch._check), so a
     traced program fails at compile time with the same message as eager."""
     torch._check(q.dim() >= 2 and q.dim() == k.dim() == v.dim(),
                  lambda: f"flash_attention: q, k, v must be (..., N, D) with equal rank; got {q.shape}, {k.shape}, {v.shape}")
     torch._check(k.shape == v.shape, lambda: f"flash_attention: k and v must have the same shape; got {k.shape}, {v.shape}")
-    torch._check(q.shape[:-2] == k.shape[:-2],
-                 lambda: f"flash_attention: q and k must share their leading (batch/head) dims; got {q.shape}, {k.shape}")
+    if q.dim() >= 3:
+        torch._check(q.shape[:-3] == k.shape[:-3],
+                     lambda: f"flash_attention: q and k must share their leading (batch) dims; got {q.shape}, {k.shape}")
+        torch._check(q.shape[-3] % k.shape[-3] == 0,
+                     lambda: f"flash_attention: q's heads (dim -3) must be a multiple of k's; got {q.shape}, {k.shape}")
     torch._check(q.shape[-1] == k.shape[-1],
                  lambda: f"flash_attention: q and k must share the head dim D; got {q.shape}, {k.shape}")
     torch._check(q.dtype == k.dtype == v.dtype,
                  lambda: f"flash_attention: q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if is_causal:
-        torch._check(q.shape[-2] == k.shape[-2],
-                     lambda: f"flash_attention: is_causal=True needs Nq == Nk; got {q.shape[-2]}, {k.shape[-2]}")
+    # The fake is also the meta kernel, which a call with any `meta` input reaches: refuse the mix, as PyTorch does.
+    torch._check(q.device == k.device == v.device,
+                 lambda: f"flash_attention: q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
 
 
+def _check_backward_fake(q: torch.Tensor, o: torch.Tensor, L: torch.Tensor, dout: torch.Tensor) -> None:
+    torch._check(q.device == o.device == L.device == dout.device,
+                 lambda: f"flash_attention_backward: o, L, dout must be on q's device {q.device}; got {o.device}, "
+                         f"{L.device}, {dout.device}")
+
+
+def _check_fake_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    torch._check(q.dim() == 3 and k.dim() == 3 and k.shape == v.shape,
+                 lambda: f"flash_attention_varlen: q must be (total_q, Hq, D), k and v (total_k, Hkv, D); got "
+                         f"{q.shape}, {k.shape}, {v.shape}")
+    torch._check(q.shape[1] % k.shape[1] == 0 and q.shape[2] == k.shape[2],
+                 lambda: f"flash_attention_varlen: q's heads must be a multiple of k's, and D shared; got {q.shape}, "
+                         f"{k.shape}")
+    torch._check(q.dtype == k.dtype == v.dtype,
+                 lambda: f"flash_attention_varlen: q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    torch._check(q.device == k.device == v.device,
+                 lambda: f"flash_attention_varlen: q, k, v must be on one device; got {q.device}, {k.device}, "
+                         f"{v.device}")
+
+
+# Both devices return contiguous O and L (the C++ ops guarantee it), so the fakes do too.
 @torch.library.register_fake("lmscale::flash_attention_forward")
-def _forward_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
-    # Both devices return contiguous O and L (the C++ op guarantees it), so the fake does too.
-    _check_fake_inputs(q, k, v, is_causal)
+def _forward_fake(q, k, v, is_causal=False, **_mask):
+    _check_fake_inputs(q, k, v)
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=_logsumexp_dtype(q))
 
 
 @torch.library.register_fake("lmscale::flash_attention")
-def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False):
-    _check_fake_inputs(q, k, v, is_causal)
+def _attention_fake(q, k, v, is_causal=False, **_mask):
+    _check_fake_inputs(q, k, v)
     return q.new_empty(q.shape)
 
 
 @torch.library.register_fake("lmscale::flash_attention_backward")
-def _backward_fake(q, k, v, o, L, dout, is_causal: bool = False):
-    _check_fake_inputs(q, k, v, is_causal)
+def _backward_fake(q, k, v, o, L, dout, is_causal=False, **_mask):
+    _check_fake_inputs(q, k, v)
+    _check_backward_fake(q, o, L, dout)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+@torch.library.register_fake("lmscale::flash_attention_varlen_forward")
+def _varlen_forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal=False, **_mask):
+    _check_fake_varlen(q, k, v)
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=_logsumexp_dtype(q))
+
+
+@torch.library.register_fake("lmscale::flash_attention_varlen_backward")
+def _varlen_backward_fake(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          is_causal=False, **_mask):
+    _check_fake_varlen(q, k, v)
+    _check_backward_fake(q, o, L, dout)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
     q, k, v, is_causal = inputs
     o, L = output
     ctx.save_for_backward(q, k, v, o, L)
     ctx.is_causal = is_causal
+    ctx.mask = {**_MASK_DEFAULTS, **keyword_only_inputs}
     ctx.mark_non_differentiable(L)  # L is a by-product for backward; no gradient flows through it
 
 
@@ -86,11 +138,32 @@ def _backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor
     q, k, v, o, L = ctx.saved_tensors
     if dout is None:  # only L was used downstream: nothing reaches q, k, v
         return None, None, None, None
-    dq, dk, dv = _backward_op(q, k, v, o, L, dout, ctx.is_causal)
+    dq, dk, dv = _backward_op(q, k, v, o, L, dout, ctx.is_causal, **ctx.mask)
     return dq, dk, dv, None
 
 
 torch.library.register_autograd("lmscale::flash_attention_forward", _backward, setup_context=_setup_context)
+
+
+def _varlen_setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal = inputs
+    o, L = output
+    ctx.save_for_backward(q, k, v, o, L, cu_seqlens_q, cu_seqlens_k)
+    ctx.args = (max_seqlen_q, max_seqlen_k, is_causal)
+    ctx.mask = {**_MASK_DEFAULTS, **keyword_only_inputs}
+    ctx.mark_non_differentiable(L)
+
+
+def _varlen_backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor]):
+    q, k, v, o, L, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    if dout is None:
+        return (None,) * 8
+    dq, dk, dv = _varlen_backward_op(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, *ctx.args, **ctx.mask)
+    return dq, dk, dv, None, None, None, None, None
+
+
+torch.library.register_autograd("lmscale::flash_attention_varlen_forward", _varlen_backward,
+                                setup_context=_varlen_setup_context)
 
 
 def _refuse_double_backward(ctx: Any, *grads: Any):
@@ -102,53 +175,54 @@ def _refuse_double_backward(ctx: Any, *grads: Any):
     )
 
 
-def _backward_setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+def _backward_setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
     pass  # nothing to save: the backward of the backward only refuses
 
 
-# The backward op's own backward refuses, so a second differentiation raises instead of silently
+# The backward ops' own backward refuses, so a second differentiation raises instead of silently
 # treating dQ, dK, dV as constants (what an op without autograd gives, with only a warning).
-torch.library.register_autograd("lmscale::flash_attention_backward", _refuse_double_backward,
-                                setup_context=_backward_setup_context)
+for _name in ("lmscale::flash_attention_backward", "lmscale::flash_attention_varlen_backward"):
+    torch.library.register_autograd(_name, _refuse_double_backward, setup_context=_backward_setup_context)
 
 
-def _sdpa_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool):
-    """SDPA's broadcasting of heads for grouped-query attention: k, v (..., Hkv, Nk, D) repeated to q's
-    Hq heads (each key/value head serves Hq/Hkv consecutive query heads, as SDPA's repeat_interleave)."""
+def _check_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool) -> None:
+    """SDPA's rule for grouped-query attention: k, v (..., Hkv, Nk, D) with fewer heads than q only with
+    enable_gqa=True, and then Hq a multiple of Hkv (each key/value head serves Hq/Hkv consecutive query
+    heads). The op itself takes the grouped heads natively (nothing is repeated)."""
+    if q.dim() < 3 or k.dim() != q.dim():
+        return  # the op's own check names the mismatch
     if not enable_gqa:
         # Eager only: under torch.compile the comparison would guard on symbolic head counts, and the
-        # op's own shape check (fake kernel included) still refuses the mismatch.
-        if not torch.compiler.is_compiling() and q.dim() >= 3 and k.dim() == q.dim() and q.shape[-3] != k.shape[-3]:
+        # op's check of the heads (fake kernel included) still refuses what does not divide.
+        if not torch.compiler.is_compiling() and q.shape[-3] != k.shape[-3]:
             raise ValueError(f"lmscale.flash_attention: q has {q.shape[-3]} heads but k and v have {k.shape[-3]}; pass "
                              "enable_gqa=True for grouped-query attention (as with SDPA), or repeat k/v heads yourself.")
-        return k, v
-    if q.dim() < 3 or k.dim() != q.dim() or q.shape[-3] == k.shape[-3]:
-        return k, v
+        return
     hq, hkv = q.shape[-3], k.shape[-3]
     if v.shape[-3] != hkv or hq % hkv != 0:
         raise ValueError(f"lmscale.flash_attention: enable_gqa needs q's heads ({hq}) to be a multiple of k's and "
                          f"v's (got k {hkv}, v {v.shape[-3]}), as SDPA requires.")
-    return k.repeat_interleave(hq // hkv, dim=-3), v.repeat_interleave(hq // hkv, dim=-3)
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
-    """The op on SDPA's causal alignment: with Nq != Nk, query i sees keys j <= i (the top-left
-    diagonal, SDPA's is_causal), which the kernels' square causal mask serves exactly in two parts."""
-    if not is_causal:
-        return _forward_op(q, k, v, is_causal)[0]
-    nq, nk = q.shape[-2], k.shape[-2]
-    if nq == nk:
-        return _forward_op(q, k, v, is_causal)[0]
-    if nq < nk:  # keys past Nq are seen by no query
-        return _forward_op(q, k[..., :nq, :], v[..., :nq, :], True)[0]
-    # Nq > Nk: the first Nk queries are a square causal block; the later ones see every key.
-    head = _forward_op(q[..., :nk, :], k, v, True)[0]
-    tail = _forward_op(q[..., nk:, :], k, v, False)[0]
-    return torch.cat((head, tail), dim=-2)
+def _causal_bias(attn_mask: Any, q: torch.Tensor, k: torch.Tensor, is_causal: bool) -> bool:
+    """SDPA's causal biases as attn_mask: ``causal_upper_left(Nq, Nk)`` is is_causal=True,
+    ``causal_lower_right(Nq, Nk)`` the bottom-right diagonal. Returns bottom_right."""
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+    if not isinstance(attn_mask, CausalBias):
+        raise ValueError("lmscale.flash_attention: attn_mask must be None or a causal bias "
+                         "(torch.nn.attention.bias.causal_upper_left / causal_lower_right); the kernels apply no "
+                         "other mask. Use is_causal=True, or F.scaled_dot_product_attention for other masks.")
+    if is_causal:
+        raise ValueError("lmscale.flash_attention: attn_mask is a causal bias and is_causal=True; pass one of them "
+                         "(SDPA refuses both too).")
+    if (attn_mask.seq_len_q, attn_mask.seq_len_kv) != (q.shape[-2], k.shape[-2]):
+        raise ValueError(f"lmscale.flash_attention: attn_mask was made for Nq = {attn_mask.seq_len_q}, "
+                         f"Nk = {attn_mask.seq_len_kv}, but q and k have Nq = {q.shape[-2]}, Nk = {k.shape[-2]}.")
+    return attn_mask.variant == CausalVariant.LOWER_RIGHT
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False, *,
-                    scale: Optional[float] = None, enable_gqa: bool = False, attn_mask: None = None,
+                    scale: Optional[float] = None, enable_gqa: bool = False, attn_mask: Any = None,
                     dropout_p: Optional[float] = None) -> torch.Tensor:
     """FlashAttention-2 with ``F.scaled_dot_product_attention``'s contract: ``softmax(q kᵀ · scale) v``,
     autograd-aware, traceable by ``torch.compile``.
@@ -160,13 +234,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
             changes nothing but the work; on CUDA the larger must be a head dim the kernels were built for,
             and the error names them).
         is_causal: query i sees keys j <= i; with Nq != Nk aligned as SDPA does (top-left).
-        scale: the scores' factor; default 1/sqrt(D), as SDPA. Another value multiplies q by
-            scale·sqrt(D) before the kernel (one elementwise op that torch.compile fuses; in bf16/fp16
-            one extra rounding of q).
+        scale: the scores' factor; default 1/sqrt(D), as SDPA. Passed to the kernels as their factor.
         enable_gqa: grouped-query attention as SDPA's: Hq a multiple of Hkv, each k/v head serving
-            Hq/Hkv consecutive query heads (k and v are repeated before the kernel).
-        attn_mask, dropout_p: SDPA's, accepted as None and None/0.0 only: the kernels have neither an
-            arbitrary mask nor dropout.
+            Hq/Hkv consecutive query heads (the op reads each K/V head for its group: nothing is repeated
+            on CPU; the CUDA kernels get k and v repeated until they read groups themselves).
+        attn_mask: None, or SDPA's causal biases: ``torch.nn.attention.bias.causal_upper_left(Nq, Nk)``
+            (the same as is_causal=True) or ``causal_lower_right(Nq, Nk)`` (the diagonal through the last
+            query and the last key, FlashAttention's causal; a query that sees no key, Nq > Nk, gets 0 where
+            SDPA gives NaN). Any other mask is refused.
+        dropout_p: SDPA's, accepted as None or 0.0 only: the kernels have no dropout.
 
     Returns:
         O of shape (..., Hq, Nq, Dv), q's dtype. CPU tensors run the tiled reference, CUDA tensors the
@@ -178,43 +254,41 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
     """
     if not isinstance(is_causal, bool):
         raise TypeError("lmscale.flash_attention: is_causal must be a bool; the 4th positional argument is "
-                        "is_causal here (SDPA's is attn_mask, which lmscale does not take): pass is_causal=... "
+                        "is_causal here (SDPA's is attn_mask, which lmscale takes by name): pass is_causal=... "
                         "by name.")
+    bottom_right = False
     if attn_mask is not None:
-        raise ValueError("lmscale.flash_attention: attn_mask is not supported (the kernels apply no mask but the "
-                         "causal one); use is_causal=True, or F.scaled_dot_product_attention for other masks.")
+        bottom_right = _causal_bias(attn_mask, q, k, is_causal)
+        is_causal = True
     # None by default, not SDPA's 0.0: comparing a float default makes torch.compile restart its analysis.
     if dropout_p is not None and dropout_p != 0.0:
         raise ValueError("lmscale.flash_attention: dropout_p must be 0.0 (the kernels have no attention dropout); "
                          "use F.scaled_dot_product_attention where dropout on the attention weights is needed.")
-    k, v = _sdpa_layout(q, k, v, enable_gqa)
+    _check_gqa(q, k, v, enable_gqa)
     d, dv = q.shape[-1], v.shape[-1]
-    if scale is None and dv == d:  # the kernels' own case (no symbolic arithmetic for torch.compile)
-        return _attention(q, k, v, is_causal)
-    if k.shape[-1] != d:
-        return _attention(q, k, v, is_causal)  # the op's check names the mismatch
-    width = max(d, dv)  # the head dim the kernels see, whose factor is 1/sqrt(width)
-    factor = (1.0 / math.sqrt(d) if scale is None else float(scale)) * math.sqrt(width)
-    if not math.isclose(factor, 1.0, rel_tol=1e-12, abs_tol=0.0):
-        q = q * factor
-    if dv == d:
-        return _attention(q, k, v, is_causal)
+    if dv == d or k.shape[-1] != d:  # the kernels' own case (a D mismatch: the op's check names it)
+        return _forward_op(q, k, v, is_causal, scale=scale, bottom_right=bottom_right)[0]
+    # Values of their own size: q, k, v padded with zeros to the larger (the zeros change no score), at the
+    # scale of the real D.
+    width = max(d, dv)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]))
-    return _attention(pad(q), pad(k), pad(v), is_causal)[..., :dv]
+    return _forward_op(pad(q), pad(k), pad(v), is_causal, scale=scale, bottom_right=bottom_right)[0][..., :dv]
 
 
-def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+                            **mask: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (O, L): O like q, L the logsumexp of the scaled scores, shape (..., Nq), fp32 (fp64
-    for fp64 inputs). Differentiable in O."""
-    return _forward_op(q, k, v, is_causal)
+    for fp64 inputs). Differentiable in O. ``mask``: the op's keyword-only ``scale``, ``bottom_right``,
+    ``window_left``, ``window_right``, ``deterministic``."""
+    return _forward_op(q, k, v, is_causal, **mask)
 
 
 def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                             L: torch.Tensor, dout: torch.Tensor,
-                             is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                             L: torch.Tensor, dout: torch.Tensor, is_causal: bool = False,
+                             **mask: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward by recomputation from the forward's O and L: returns (dQ, dK, dV). Not differentiable."""
-    return _backward_op(q, k, v, o, L, dout, is_causal)
+    return _backward_op(q, k, v, o, L, dout, is_causal, **mask)
 
 
 class FlashAttentionFunction(torch.autograd.Function):

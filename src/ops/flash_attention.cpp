@@ -1,6 +1,7 @@
 // The FlashAttention-2 ops (flash_attention.h): input checks, device dispatch (CPU → ATen reference,
-// CUDA → src/kernels/), the autograd Function and the torch.ops.lmscale registrations. Each op keeps the
-// order: validate, device guard, allocate outputs, fill params, take the current stream, launch, return.
+// CUDA → src/kernels/, masks they cannot apply yet through flash_blocks.h), the autograd Functions and the
+// torch.ops.lmscale registrations. Each op keeps the order: validate, device guard, allocate outputs, fill
+// params, take the current stream, launch, return.
 #include "ops/flash_attention.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "core/device.h"
+#include "ops/flash_blocks.h"
 #include "ops/flash_reference.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -40,8 +42,8 @@ std::string supported_head_dims() {
 #endif
 }
 
-// Shapes, dtypes and devices shared by forward and backward. Layout: q (..., Nq, D), k/v (..., Nk, D).
-void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
+// Shapes, dtypes and devices shared by forward and backward. Layout: q (..., Hq, Nq, D), k/v (..., Hkv, Nk, D).
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, "flash_attention: q, k, v must be (..., N, D); got q ",
               shape_str(q), ", k ", shape_str(k), ", v ", shape_str(v));
   for (const auto* t : {&k, &v}) {
@@ -53,17 +55,21 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
   const auto st = q.scalar_type();
   TORCH_CHECK(st == at::kBFloat16 || st == at::kHalf || st == at::kFloat || st == at::kDouble,
               "flash_attention: dtype ", st, " is not supported; use bf16, fp16, fp32 (or fp64 for the reference)");
-  TORCH_CHECK(k.sizes() == v.sizes(), "flash_attention: k and v must have the same shape (..., Nk, D); got k ",
+  TORCH_CHECK(k.sizes() == v.sizes(), "flash_attention: k and v must have the same shape (..., Hkv, Nk, D); got k ",
               shape_str(k), ", v ", shape_str(v));
-  TORCH_CHECK(q.dim() == k.dim() && q.sizes().slice(0, q.dim() - 2) == k.sizes().slice(0, k.dim() - 2),
-              "flash_attention: q and k must share their leading (batch/head) dims; got q ", shape_str(q), ", k ",
-              shape_str(k), ". Broadcast or repeat k/v heads before calling.");
+  // Leading dims: the batch dims equal; the heads (dim -3) grouped, each K/V head serving Hq / Hkv query heads.
+  const int64_t lead = q.dim() - 3;  // batch dims before the heads (negative for 2-D inputs: none, no heads)
+  TORCH_CHECK(q.dim() == k.dim() && (lead <= 0 || q.sizes().slice(0, lead) == k.sizes().slice(0, lead)),
+              "flash_attention: q and k must share their leading (batch) dims; got q ", shape_str(q), ", k ",
+              shape_str(k), " (layout (..., H, N, D))");
+  TORCH_CHECK(lead < 0 || (k.size(-3) >= 1 && q.size(-3) % k.size(-3) == 0), "flash_attention: q has ",
+              q.size(-3), " heads (dim -3) and k, v have ", k.size(-3),
+              "; grouped-query attention needs q's heads to be a multiple of k's (each K/V head serves Hq / Hkv "
+              "consecutive query heads). Check the layout is (..., H, N, D).");
   TORCH_CHECK(q.size(-1) == k.size(-1), "flash_attention: q and k must share the head dim D; got q ", shape_str(q),
               ", k ", shape_str(k));
   TORCH_CHECK(q.size(-2) >= 1 && k.size(-2) >= 1, "flash_attention: sequence lengths must be >= 1; got Nq = ",
               q.size(-2), ", Nk = ", k.size(-2));
-  TORCH_CHECK(!is_causal || q.size(-2) == k.size(-2), "flash_attention: is_causal=true needs Nq == Nk; got Nq = ",
-              q.size(-2), ", Nk = ", k.size(-2), ". Use is_causal=false for cross-attention.");
   if (q.is_cuda() && st != at::kDouble) {
     const int64_t d = q.size(-1);
     TORCH_CHECK(flash_kernel_available(st, d),
@@ -112,7 +118,8 @@ kernels::FlashDtype kernel_dtype(at::ScalarType t) {
   params.prefix##_head_stride = (t).stride(1);  \
   params.prefix##_row_stride = (t).stride(2)
 
-kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, const at::Tensor& v4, bool is_causal) {
+kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, const at::Tensor& v4, bool is_causal,
+                                 double scale) {
   kernels::FlashParams p;
   p.path = flash_path();
   p.q = q4.data_ptr();
@@ -126,21 +133,22 @@ kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, con
   p.seqlen_q = static_cast<int>(q4.size(2));
   p.seqlen_k = static_cast<int>(k4.size(2));
   p.head_dim = static_cast<int>(q4.size(3));
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+  p.scale = static_cast<float>(scale);
   p.is_causal = is_causal;
   p.dtype = kernel_dtype(q4.scalar_type());
   return p;
 }
 
-// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims.
+// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims, q's heads equal to k's, causal only with
+// Nq == Nk (the kernels' contract; flash_blocks.h serves the rest).
 std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                  bool is_causal) {
+                                                  bool is_causal, double scale) {
   check_kernels_run_on(q.device());  // names the GPU and the fix instead of "no kernel image"
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v);
   auto o4 = at::empty(q4.sizes(), q4.options());
   auto L3 = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
-  auto p = make_params(q4, k4, v4, is_causal);
+  auto p = make_params(q4, k4, v4, is_causal, scale);
   p.o = o4.data_ptr();
   p.lse = L3.data_ptr<float>();
   LMSCALE_SET_STRIDES(p, o, o4);
@@ -152,7 +160,7 @@ std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at:
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, const at::Tensor& o,
                                                                const at::Tensor& L, const at::Tensor& dout,
-                                                               bool is_causal) {
+                                                               bool is_causal, double scale, bool deterministic) {
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v), o4 = as_bhnd(o), do4 = as_bhnd(dout);
@@ -171,7 +179,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   const int64_t ticket_bytes = fp32 ? 0 : round_up(q4.size(0) * q4.size(1) * tiles64 * 2 * 4);
   auto workspace = at::empty({accum_bytes + dsum_bytes + ticket_bytes}, q4.options().dtype(at::kByte));
   auto* base = static_cast<char*>(workspace.data_ptr());
-  auto p = make_params(q4, k4, v4, is_causal);
+  auto p = make_params(q4, k4, v4, is_causal, scale);
   p.o = const_cast<void*>(o4.data_ptr());
   p.lse = L3.data_ptr<float>();
   p.dout = do4.data_ptr();
@@ -186,12 +194,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   LMSCALE_SET_STRIDES(p, dq, dq4);
   LMSCALE_SET_STRIDES(p, dk, dk4);
   LMSCALE_SET_STRIDES(p, dv, dv4);
-  // torch.use_deterministic_algorithms(True): the Hopper backward adds dQ in key-block order through a
-  // zeroed counter per 64-query tile (Note [deterministic dQ], flash_bwd_hopper.cuh); the fp32 kernels are
-  // deterministic as they are; the mma.sync backward adds dQ with atomics, so PyTorch's alert raises
-  // (or warns, with warn_only=True) there.
+  // deterministic=True or torch.use_deterministic_algorithms(True): the Hopper backward adds dQ in key-block
+  // order through a zeroed counter per 64-query tile (Note [deterministic dQ], flash_bwd_hopper.cuh); the fp32
+  // kernels are deterministic as they are; the mma.sync backward adds dQ with atomics, so an explicit
+  // deterministic=True is refused there and PyTorch's alert raises (or warns, with warn_only=True).
   at::Tensor dq_semaphore;
-  if (at::globalContext().deterministicAlgorithms()) {
+  if (deterministic || at::globalContext().deterministicAlgorithms()) {
+    TORCH_CHECK(!deterministic || kernels::flash_bwd_can_be_deterministic(p),
+                "flash_attention_backward: deterministic=True, but this call runs the mma.sync backward, which adds "
+                "dQ with atomics; the deterministic backward runs on sm_90 (the Hopper kernels, head dims 64/80/128, "
+                "bf16/fp16), in fp32 and on CPU. Pass deterministic=False here.");
     if (!kernels::flash_bwd_can_be_deterministic(p)) {
       at::globalContext().alertNotDeterministic(
           "lmscale flash_attention backward on the mma.sync kernels (dQ is added with atomics; the Hopper kernels, "
@@ -212,29 +224,77 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
 // src/kernels/flash_fp32.cu); fp64 and CPU go to the reference.
 bool use_kernel(const at::Tensor& q) { return q.is_cuda() && q.scalar_type() != at::kDouble; }
 
-// The dispatcher's flash_attention_forward / _backward ops. The autograd Function below calls them
-// rather than the C++ functions, so that every dispatch key they have applies: under torch.compile
-// and torch.library.opcheck, the fake kernels the Python package registers (python/lmscale/attention.py).
-std::tuple<at::Tensor, at::Tensor> dispatch_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                    bool is_causal) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lmscale::flash_attention_forward", "")
-                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                                       const at::Tensor&, bool)>();
-  return op.call(q, k, v, is_causal);
+FlashMask make_mask(bool is_causal, bool bottom_right, int64_t window_left, int64_t window_right) {
+  return FlashMask{is_causal, bottom_right, window_left, window_right};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> dispatch_backward(const at::Tensor& q, const at::Tensor& k,
-                                                                 const at::Tensor& v, const at::Tensor& o,
-                                                                 const at::Tensor& L, const at::Tensor& dout,
-                                                                 bool is_causal) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("lmscale::flash_attention_backward", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                                const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                                bool)>();
-  return op.call(q, k, v, o, L, dout, is_causal);
+#ifdef LMSCALE_HAS_KERNELS
+double scale_or_default(const at::Tensor& q, std::optional<double> scale) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+// The kernels' blocks for this mask (flash_blocks.h), or the error naming what runs on CPU only for now.
+std::vector<FlashBlock> kernel_blocks(const FlashMask& mask, int64_t nq, int64_t nk) {
+  auto blocks = square_kernel_blocks(mask, nq, nk);
+  TORCH_CHECK(blocks, "flash_attention: window_left = ", mask.window_left,
+              " (a sliding window hiding keys before the diagonal, at Nq = ", nq, ", Nk = ", nk,
+              ") runs on CPU only for now: the CUDA kernels have no window mask yet (issue 40). Move the inputs to "
+              "CPU, or pass window_left = -1 (window_size = (-1, ...)).");
+  return *blocks;
+}
+#endif
+
+// ---------------------------------------------------------------- the dispatcher's ops, as C++ calls them
+// The autograd Functions below call the ops rather than the C++ functions, so that every dispatch key they
+// have applies: under torch.compile and torch.library.opcheck, the fake kernels the Python package registers
+// (python/lmscale/attention.py).
+using ForwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
+                                                      std::optional<double>, bool, int64_t, int64_t, bool);
+using BackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                   const at::Tensor&, const at::Tensor&,
+                                                                   const at::Tensor&, const at::Tensor&, bool,
+                                                                   std::optional<double>, bool, int64_t, int64_t, bool);
+using VarlenForwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                            const at::Tensor&, const at::Tensor&, c10::SymInt,
+                                                            c10::SymInt, bool, std::optional<double>, bool, int64_t,
+                                                            int64_t, bool);
+using VarlenBackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt, bool, std::optional<double>, bool, int64_t,
+    int64_t, bool);
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+// What an autograd Function keeps of its call besides tensors.
+struct CallArgs {
+  FlashMask mask;
+  std::optional<double> scale;
+  bool deterministic;
+};
+
+void save_args(torch::autograd::AutogradContext* ctx, const CallArgs& a) {
+  ctx->saved_data["is_causal"] = a.mask.causal;
+  ctx->saved_data["bottom_right"] = a.mask.bottom_right;
+  ctx->saved_data["window_left"] = a.mask.window_left;
+  ctx->saved_data["window_right"] = a.mask.window_right;
+  ctx->saved_data["scale"] = a.scale ? c10::IValue(*a.scale) : c10::IValue();
+  ctx->saved_data["deterministic"] = a.deterministic;
+#ifdef LMSCALE_HAS_KERNELS
+  // The kernel path of the forward (set_flash_path) also runs its backward, which autograd calls later,
+  // after a forced comparison (bench attention --impl) has restored the previous path.
+  ctx->saved_data["path"] = static_cast<int64_t>(g_flash_path.load());
+#endif
+}
+
+CallArgs saved_args(torch::autograd::AutogradContext* ctx) {
+  auto& d = ctx->saved_data;
+  const auto& scale = d["scale"];
+  return {make_mask(d["is_causal"].toBool(), d["bottom_right"].toBool(), d["window_left"].toInt(),
+                    d["window_right"].toInt()),
+          scale.isNone() ? std::nullopt : std::optional<double>(scale.toDouble()), d["deterministic"].toBool()};
 }
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -249,29 +309,108 @@ struct FlashPathScope {
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, bool is_causal) {
-    auto [o, L] = dispatch_forward(q, k, v, is_causal);
+                            const at::Tensor& v, const CallArgs& a) {
+    static const auto op = find_op<ForwardSig>("lmscale::flash_attention_forward");
+    const auto& m = a.mask;
+    auto [o, L] = op.call(q, k, v, m.causal, a.scale, m.bottom_right, m.window_left, m.window_right, a.deterministic);
     ctx->save_for_backward({q, k, v, o, L});
-    ctx->saved_data["is_causal"] = is_causal;
-#ifdef LMSCALE_HAS_KERNELS
-    // The kernel path of the forward (set_flash_path) also runs its backward, which autograd calls later,
-    // after a forced comparison (bench attention --impl) has restored the previous path.
-    ctx->saved_data["path"] = static_cast<int64_t>(g_flash_path.load());
-#endif
+    save_args(ctx, a);
     return o;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
+    static const auto op = find_op<BackwardSig>("lmscale::flash_attention_backward");
     const auto saved = ctx->get_saved_variables();
-    const bool is_causal = ctx->saved_data["is_causal"].toBool();
+    const auto a = saved_args(ctx);
+    const auto& m = a.mask;
 #ifdef LMSCALE_HAS_KERNELS
     FlashPathScope path(static_cast<int>(ctx->saved_data["path"].toInt()));
 #endif
-    auto [dq, dk, dv] =
-        dispatch_backward(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], is_causal);
+    auto [dq, dk, dv] = op.call(saved[0], saved[1], saved[2], saved[3], saved[4], grad_outputs[0], m.causal, a.scale,
+                                m.bottom_right, m.window_left, m.window_right, a.deterministic);
     return {dq, dk, dv, at::Tensor()};
   }
 };
+
+class FlashAttentionVarlenFunction : public torch::autograd::Function<FlashAttentionVarlenFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q,
+                            int64_t max_k, const CallArgs& a) {
+    static const auto op = find_op<VarlenForwardSig>("lmscale::flash_attention_varlen_forward");
+    const auto& m = a.mask;
+    auto [o, L] = op.call(q, k, v, cu_q, cu_k, max_q, max_k, m.causal, a.scale, m.bottom_right, m.window_left,
+                          m.window_right, a.deterministic);
+    ctx->save_for_backward({q, k, v, o, L, cu_q, cu_k});
+    ctx->saved_data["max_seqlen_q"] = max_q;
+    ctx->saved_data["max_seqlen_k"] = max_k;
+    save_args(ctx, a);
+    return o;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    static const auto op = find_op<VarlenBackwardSig>("lmscale::flash_attention_varlen_backward");
+    const auto s = ctx->get_saved_variables();
+    const auto a = saved_args(ctx);
+    const auto& m = a.mask;
+#ifdef LMSCALE_HAS_KERNELS
+    FlashPathScope path(static_cast<int>(ctx->saved_data["path"].toInt()));
+#endif
+    auto [dq, dk, dv] = op.call(s[0], s[1], s[2], s[3], s[4], grad_outputs[0], s[5], s[6],
+                                ctx->saved_data["max_seqlen_q"].toInt(), ctx->saved_data["max_seqlen_k"].toInt(),
+                                m.causal, a.scale, m.bottom_right, m.window_left, m.window_right, a.deterministic);
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------- packed variable-length batches
+// Shapes, dtypes and devices of a varlen call: q (total_q, Hq, D), k/v (total_k, Hkv, D), int32 cu_seqlens.
+void check_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
+                  const at::Tensor& cu_k, int64_t max_q, int64_t max_k) {
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.sizes() == v.sizes(),
+              "flash_attention_varlen: q must be (total_q, Hq, D), k and v (total_k, Hkv, D) with one shape; got q ",
+              shape_str(q), ", k ", shape_str(k), ", v ", shape_str(v));
+  TORCH_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "flash_attention_varlen: q has ", q.size(1),
+              " heads (dim 1) and k, v have ", k.size(1),
+              "; grouped-query attention needs q's heads to be a multiple of k's");
+  TORCH_CHECK(q.size(2) == k.size(2), "flash_attention_varlen: q and k must share the head dim D; got q ",
+              shape_str(q), ", k ", shape_str(k));
+  TORCH_CHECK(q.size(0) >= 1 && k.size(0) >= 1, "flash_attention_varlen: q and k need at least one token; got ",
+              "total_q = ", q.size(0), ", total_k = ", k.size(0));
+  for (const auto* cu : {&cu_q, &cu_k}) {
+    TORCH_CHECK(cu->scalar_type() == at::kInt && cu->dim() == 1 && cu->numel() >= 1,
+                "flash_attention_varlen: cu_seqlens_q and cu_seqlens_k must be int32 of shape (B + 1,); got ",
+                cu_q.scalar_type(), " ", shape_str(cu_q), " and ", cu_k.scalar_type(), " ", shape_str(cu_k),
+                ". From lengths: torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32).");
+    TORCH_CHECK(cu->device() == q.device(), "flash_attention_varlen: cu_seqlens must be on q's device (", q.device(),
+                "); got cu_seqlens_q on ", cu_q.device(), ", cu_seqlens_k on ", cu_k.device());
+  }
+  TORCH_CHECK(cu_q.numel() == cu_k.numel(), "flash_attention_varlen: cu_seqlens_q and cu_seqlens_k must count the ",
+              "same sequences; got ", cu_q.numel() - 1, " and ", cu_k.numel() - 1);
+  TORCH_CHECK(max_q >= 0 && max_k >= 0, "flash_attention_varlen: max_seqlen_q and max_seqlen_k must be >= 0; got ",
+              max_q, ", ", max_k);
+  TORCH_CHECK(!use_kernel(q), "flash_attention_varlen: packed variable-length batches (cu_seqlens) run on CPU only ",
+              "for now: the CUDA kernels take no cu_seqlens yet (issue 40). Move q, k, v and the cu_seqlens to CPU, "
+              "or pad the batch to (B, N, H, D) and call the dense op.");
+  check_qkv(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1));  // dtypes and devices (shapes hold)
+}
+
+// The offsets' values, which the reference reads on the host anyway: from 0, non-decreasing, within the
+// tensor, no sequence past its max_seqlen (which kernels size their grids by, so a wrong one would be
+// silently wrong there).
+void check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
+  auto c = cu.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* x = c.data_ptr<int64_t>();
+  TORCH_CHECK(x[0] == 0, "flash_attention_varlen: ", name, " must start at 0; got ", x[0]);
+  for (int64_t b = 0; b + 1 < c.numel(); ++b) {
+    TORCH_CHECK(x[b + 1] >= x[b], "flash_attention_varlen: ", name, " must be non-decreasing; got ", x[b], " then ",
+                x[b + 1], " at sequence ", b);
+    TORCH_CHECK(x[b + 1] - x[b] <= max_seqlen, "flash_attention_varlen: sequence ", b, " has ", x[b + 1] - x[b],
+                " rows (", name, "), more than ", max_name, " = ", max_seqlen);
+  }
+  TORCH_CHECK(x[c.numel() - 1] <= total, "flash_attention_varlen: ", name, " ends at ", x[c.numel() - 1],
+              ", past the ", total, " packed rows");
+}
 
 }  // namespace
 
@@ -299,26 +438,29 @@ bool flash_kernel_available(at::ScalarType dtype, int64_t head_dim) {
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, const at::Tensor& k,
-                                                          const at::Tensor& v, bool is_causal) {
-  check_qkv(q, k, v, is_causal);
+                                                          const at::Tensor& v, const FlashMask& mask,
+                                                          std::optional<double> scale) {
+  check_qkv(q, k, v);
   if (!use_kernel(q)) {
     // Contiguous like the kernels' outputs, so one fake (meta) implementation describes both devices.
-    auto [o, L] = flash_reference_forward(q, k, v, is_causal);
+    auto [o, L] = flash_reference_forward(q, k, v, mask, scale);
     return {o.contiguous(), L.contiguous()};
   }
 #ifdef LMSCALE_HAS_KERNELS
-  return kernel_forward(q, k, v, is_causal);
+  const auto blocks = kernel_blocks(mask, q.size(-2), k.size(-2));
+  return forward_by_blocks(q, k, v, blocks, scale_or_default(q, scale),
+                           [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                              double scale) { return kernel_forward(q, k, v, causal, scale); });
 #else
   TORCH_CHECK(false, "flash_attention: this lmscale build has no CUDA kernels (built without nvcc); got CUDA "
                      "tensors. Rebuild with CUDA or move the inputs to CPU.");
 #endif
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at::Tensor& q, const at::Tensor& k,
-                                                                        const at::Tensor& v, const at::Tensor& o,
-                                                                        const at::Tensor& L, const at::Tensor& dout,
-                                                                        bool is_causal) {
-  check_qkv(q, k, v, is_causal);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
+    const at::Tensor& dout, const FlashMask& mask, std::optional<double> scale, bool deterministic) {
+  check_qkv(q, k, v);
   check_like("o", o, q, q.scalar_type());
   check_like("dout", dout, q, q.scalar_type());
   const auto lead = q.sizes().slice(0, q.dim() - 1);
@@ -327,44 +469,174 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
               "flash_attention_backward: L must be the forward's logsumexp, ", l_dtype, " of shape ", lead, " on ",
               q.device(), "; got ", L.scalar_type(), " ", shape_str(L), " on ", L.device());
   if (!use_kernel(q)) {
-    auto [dq, dk, dv] = flash_reference_backward(q, k, v, o, L, dout, is_causal);
+    auto [dq, dk, dv] = flash_reference_backward(q, k, v, o, L, dout, mask, scale);
     return {dq.contiguous(), dk.contiguous(), dv.contiguous()};  // as the kernels (see the forward)
   }
 #ifdef LMSCALE_HAS_KERNELS
-  return kernel_backward(q, k, v, o, L, dout, is_causal);
+  const auto blocks = kernel_blocks(mask, q.size(-2), k.size(-2));
+  return backward_by_blocks(q, k, v, o, L, dout, blocks, scale_or_default(q, scale),
+                            [deterministic](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& o, const at::Tensor& L, const at::Tensor& dout,
+                                            bool causal, double scale) {
+                              return kernel_backward(q, k, v, o, L, dout, causal, scale, deterministic);
+                            });
 #else
+  (void)deterministic;
   TORCH_CHECK(false, "flash_attention_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
 #endif
 }
 
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashMask& mask,
+                           std::optional<double> scale, bool deterministic) {
+  return FlashAttentionFunction::apply(q, k, v, CallArgs{mask, scale, deterministic});
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                                          const at::Tensor& v, bool is_causal) {
+  return flash_attention_forward(q, k, v, FlashMask{is_causal});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at::Tensor& q, const at::Tensor& k,
+                                                                        const at::Tensor& v, const at::Tensor& o,
+                                                                        const at::Tensor& L, const at::Tensor& dout,
+                                                                        bool is_causal) {
+  return flash_attention_backward(q, k, v, o, L, dout, FlashMask{is_causal});
+}
+
 at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
-  return FlashAttentionFunction::apply(q, k, v, is_causal);
+  return flash_attention(q, k, v, FlashMask{is_causal});
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_attention_varlen_forward(const at::Tensor& q, const at::Tensor& k,
+                                                                 const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+                                                                 const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                                                                 int64_t max_seqlen_k, const FlashMask& mask,
+                                                                 std::optional<double> scale) {
+  check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+  check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
+  return flash_reference_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, mask, scale);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
+    const at::Tensor& dout, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, const FlashMask& mask, std::optional<double> scale, bool deterministic) {
+  (void)deterministic;  // the reference, the only varlen path for now, is deterministic
+  check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  check_like("o", o, q, q.scalar_type());
+  check_like("dout", dout, q, q.scalar_type());
+  const auto l_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  TORCH_CHECK(L.dim() == 2 && L.size(0) == q.size(1) && L.size(1) == q.size(0) && L.scalar_type() == l_dtype &&
+                  L.device() == q.device(),
+              "flash_attention_varlen_backward: L must be the forward's logsumexp, ", l_dtype,
+              " of shape (Hq, total_q) = (", q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(),
+              " ", shape_str(L), " on ", L.device());
+  check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+  check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
+  return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);
+}
+
+at::Tensor flash_attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, const FlashMask& mask, std::optional<double> scale,
+                                  bool deterministic) {
+  return FlashAttentionVarlenFunction::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                             CallArgs{mask, scale, deterministic});
 }
 
 namespace {
+// ---------------------------------------------------------------- the registered kernels
+// The ops' flat signatures (the schemas below) over the C++ functions. `deterministic` is the backward's; the
+// forward ops take it so that their autograd formulas can pass it on.
+std::tuple<at::Tensor, at::Tensor> forward_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              bool is_causal, std::optional<double> scale, bool bottom_right,
+                                              int64_t window_left, int64_t window_right, bool /*deterministic*/) {
+  return flash_attention_forward(q, k, v, make_mask(is_causal, bottom_right, window_left, window_right), scale);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(const at::Tensor& q, const at::Tensor& k,
+                                                           const at::Tensor& v, const at::Tensor& o,
+                                                           const at::Tensor& L, const at::Tensor& dout, bool is_causal,
+                                                           std::optional<double> scale, bool bottom_right,
+                                                           int64_t window_left, int64_t window_right,
+                                                           bool deterministic) {
+  return flash_attention_backward(q, k, v, o, L, dout, make_mask(is_causal, bottom_right, window_left, window_right),
+                                  scale, deterministic);
+}
+
 // Forward only (below autograd): what the CPU/CUDA keys of torch.ops.lmscale.flash_attention run.
-at::Tensor flash_attention_no_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
-  return std::get<0>(flash_attention_forward(q, k, v, is_causal));
+at::Tensor attention_op_no_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
+                                std::optional<double> scale, bool bottom_right, int64_t window_left,
+                                int64_t window_right, bool deterministic) {
+  return std::get<0>(forward_op(q, k, v, is_causal, scale, bottom_right, window_left, window_right, deterministic));
+}
+
+// The Autograd key of torch.ops.lmscale.flash_attention: the C++ Function.
+at::Tensor attention_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
+                        std::optional<double> scale, bool bottom_right, int64_t window_left, int64_t window_right,
+                        bool deterministic) {
+  return flash_attention(q, k, v, make_mask(is_causal, bottom_right, window_left, window_right), scale,
+                         deterministic);
+}
+
+std::tuple<at::Tensor, at::Tensor> varlen_forward_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q,
+                                                     int64_t max_k, bool is_causal, std::optional<double> scale,
+                                                     bool bottom_right, int64_t window_left, int64_t window_right,
+                                                     bool /*deterministic*/) {
+  return flash_attention_varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k,
+                                        make_mask(is_causal, bottom_right, window_left, window_right), scale);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> varlen_backward_op(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
+    const at::Tensor& dout, const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+    bool is_causal, std::optional<double> scale, bool bottom_right, int64_t window_left, int64_t window_right,
+    bool deterministic) {
+  return flash_attention_varlen_backward(q, k, v, o, L, dout, cu_q, cu_k, max_q, max_k,
+                                         make_mask(is_causal, bottom_right, window_left, window_right), scale,
+                                         deterministic);
 }
 
 // The autocast rule, SDPA's: under torch.autocast(device), float inputs (not fp64) are cast to the
 // autocast dtype, then the op runs below the autocast key. Registered for the forward ops only:
 // backward runs outside autocast and takes the forward's dtypes.
 template <c10::DeviceType Device>
-std::tuple<at::Tensor, at::Tensor> flash_attention_forward_autocast(const at::Tensor& q, const at::Tensor& k,
-                                                                    const at::Tensor& v, bool is_causal) {
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
-  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(Device);
-  return dispatch_forward(at::autocast::cached_cast(dtype, q, Device), at::autocast::cached_cast(dtype, k, Device),
-                          at::autocast::cached_cast(dtype, v, Device), is_causal);
+at::Tensor autocast_cast(const at::Tensor& t) {
+  return at::autocast::cached_cast(at::autocast::get_lower_precision_fp_from_device_type(Device), t, Device);
 }
 
 template <c10::DeviceType Device>
-at::Tensor flash_attention_autocast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal) {
+std::tuple<at::Tensor, at::Tensor> forward_autocast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    bool is_causal, std::optional<double> scale, bool bottom_right,
+                                                    int64_t window_left, int64_t window_right, bool deterministic) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
-  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(Device);
-  return flash_attention(at::autocast::cached_cast(dtype, q, Device), at::autocast::cached_cast(dtype, k, Device),
-                         at::autocast::cached_cast(dtype, v, Device), is_causal);
+  static const auto op = find_op<ForwardSig>("lmscale::flash_attention_forward");
+  return op.call(autocast_cast<Device>(q), autocast_cast<Device>(k), autocast_cast<Device>(v), is_causal, scale,
+                 bottom_right, window_left, window_right, deterministic);
+}
+
+template <c10::DeviceType Device>
+at::Tensor attention_autocast(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
+                              std::optional<double> scale, bool bottom_right, int64_t window_left,
+                              int64_t window_right, bool deterministic) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
+  return attention_op(autocast_cast<Device>(q), autocast_cast<Device>(k), autocast_cast<Device>(v), is_causal, scale,
+                      bottom_right, window_left, window_right, deterministic);
+}
+
+template <c10::DeviceType Device>
+std::tuple<at::Tensor, at::Tensor> varlen_forward_autocast(const at::Tensor& q, const at::Tensor& k,
+                                                           const at::Tensor& v, const at::Tensor& cu_q,
+                                                           const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+                                                           bool is_causal, std::optional<double> scale,
+                                                           bool bottom_right, int64_t window_left,
+                                                           int64_t window_right, bool deterministic) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(at::autocast::get_autocast_dispatch_key_from_device_type(Device));
+  static const auto op = find_op<VarlenForwardSig>("lmscale::flash_attention_varlen_forward");
+  return op.call(autocast_cast<Device>(q), autocast_cast<Device>(k), autocast_cast<Device>(v), cu_q, cu_k, max_q,
+                 max_k, is_causal, scale, bottom_right, window_left, window_right, deterministic);
 }
 
 // What `python -m lmscale` prints: the kernels this library holds.
@@ -379,43 +651,59 @@ std::string flash_build_info() {
 
 }  // namespace lmscale::ops
 
+// The mask and scale arguments every op shares (FlashMask, flash_reference.h; docs/spec.md §3.6), keyword-only.
+#define LMSCALE_FLASH_ARGS                                                                                     \
+  "bool is_causal=False, *, float? scale=None, bool bottom_right=False, int window_left=-1, int window_right=-1, " \
+  "bool deterministic=False"
+
 // A fragment, not TORCH_LIBRARY: other lmscale files may add ops to the same namespace.
 TORCH_LIBRARY_FRAGMENT(lmscale, m) {
-  m.def("flash_attention_forward(Tensor q, Tensor k, Tensor v, bool is_causal=False) -> (Tensor, Tensor)");
-  m.def(
-      "flash_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor L, Tensor dout, "
-      "bool is_causal=False) -> (Tensor, Tensor, Tensor)");
-  m.def("flash_attention(Tensor q, Tensor k, Tensor v, bool is_causal=False) -> Tensor");
+  m.def("flash_attention_forward(Tensor q, Tensor k, Tensor v, " LMSCALE_FLASH_ARGS ") -> (Tensor, Tensor)");
+  m.def("flash_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor L, Tensor dout, " LMSCALE_FLASH_ARGS
+        ") -> (Tensor, Tensor, Tensor)");
+  m.def("flash_attention(Tensor q, Tensor k, Tensor v, " LMSCALE_FLASH_ARGS ") -> Tensor");
+  m.def("flash_attention_varlen_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+        "SymInt max_seqlen_q, SymInt max_seqlen_k, " LMSCALE_FLASH_ARGS ") -> (Tensor, Tensor)");
+  m.def("flash_attention_varlen_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor L, Tensor dout, "
+        "Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, " LMSCALE_FLASH_ARGS
+        ") -> (Tensor, Tensor, Tensor)");
   m.def("flash_build_info() -> str", &lmscale::ops::flash_build_info);
 }
+#undef LMSCALE_FLASH_ARGS
 
 TORCH_LIBRARY_IMPL(lmscale, CPU, m) {
-  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
-  m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
+  m.impl("flash_attention_forward", &lmscale::ops::forward_op);
+  m.impl("flash_attention_backward", &lmscale::ops::backward_op);
+  m.impl("flash_attention", &lmscale::ops::attention_op_no_grad);
+  m.impl("flash_attention_varlen_forward", &lmscale::ops::varlen_forward_op);
+  m.impl("flash_attention_varlen_backward", &lmscale::ops::varlen_backward_op);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, CUDA, m) {
-  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward);
-  m.impl("flash_attention_backward", &lmscale::ops::flash_attention_backward);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_no_grad);
+  m.impl("flash_attention_forward", &lmscale::ops::forward_op);
+  m.impl("flash_attention_backward", &lmscale::ops::backward_op);
+  m.impl("flash_attention", &lmscale::ops::attention_op_no_grad);
+  m.impl("flash_attention_varlen_forward", &lmscale::ops::varlen_forward_op);
+  m.impl("flash_attention_varlen_backward", &lmscale::ops::varlen_backward_op);
 }
 
 // Autograd: flash_attention (O only) has the C++ Function above, so C++ programs with no Python get
-// gradients through the dispatcher too. flash_attention_forward's autograd formula and the fake
-// kernels of all three ops are registered from Python (python/lmscale/attention.py, torch.library),
-// where Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is
-// what lmscale.flash_attention calls. Calls of the forward and backward ops that record no graph (a
-// torch.compile'd graph's, the backward's) skip that Python formula: src/ops/fused_library.cpp registers
-// them on AutogradCPU/AutogradCUDA with the fused ops (autograd_without_python).
-TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::flash_attention); }
+// gradients through the dispatcher too. The forward ops' autograd formulas (dense and varlen) and the fake
+// kernels of all five ops are registered from Python (python/lmscale/attention.py, torch.library), where
+// Python-visible autograd nodes (o.grad_fn.saved_tensors) and torch.compile need them; that is what
+// lmscale.flash_attention and lmscale.flash_attn call. Calls of the dense forward and backward ops that record
+// no graph (a torch.compile'd graph's, the backward's) skip that Python formula: src/ops/fused_library.cpp
+// registers them on AutogradCPU/AutogradCUDA with the fused ops (autograd_without_python).
+TORCH_LIBRARY_IMPL(lmscale, Autograd, m) { m.impl("flash_attention", &lmscale::ops::attention_op); }
 
 TORCH_LIBRARY_IMPL(lmscale, AutocastCPU, m) {
-  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward_autocast<c10::DeviceType::CPU>);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_autocast<c10::DeviceType::CPU>);
+  m.impl("flash_attention_forward", &lmscale::ops::forward_autocast<c10::DeviceType::CPU>);
+  m.impl("flash_attention", &lmscale::ops::attention_autocast<c10::DeviceType::CPU>);
+  m.impl("flash_attention_varlen_forward", &lmscale::ops::varlen_forward_autocast<c10::DeviceType::CPU>);
 }
 
 TORCH_LIBRARY_IMPL(lmscale, Autocast, m) {  // Autocast is CUDA's autocast key
-  m.impl("flash_attention_forward", &lmscale::ops::flash_attention_forward_autocast<c10::DeviceType::CUDA>);
-  m.impl("flash_attention", &lmscale::ops::flash_attention_autocast<c10::DeviceType::CUDA>);
+  m.impl("flash_attention_forward", &lmscale::ops::forward_autocast<c10::DeviceType::CUDA>);
+  m.impl("flash_attention", &lmscale::ops::attention_autocast<c10::DeviceType::CUDA>);
+  m.impl("flash_attention_varlen_forward", &lmscale::ops::varlen_forward_autocast<c10::DeviceType::CUDA>);
 }

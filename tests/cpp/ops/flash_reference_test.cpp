@@ -1,6 +1,8 @@
 // The tiled FlashAttention-2 reference and the CPU path of the lmscale ops against plain attention in
 // fp64: O, L and dQ/dK/dV, causal and not, odd lengths that cross reference tiles, 2-D to 5-D inputs,
-// Nq != Nk, the dispatcher-registered ops, and the input checks' messages.
+// Nq != Nk, the dispatcher-registered ops, and the input checks' messages. Every mask and layout (both
+// causal alignments, windows, grouped K/V heads, packed batches) against masks written out entry by entry:
+// flash_reference_masks_test.cpp.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -121,26 +123,29 @@ TEST(FlashAttentionOp, HalfPrecisionDtypesKeepTheirDtypeAndStayClose) {
 }
 
 TEST(FlashAttentionOp, DispatcherOpsMatchTheCppFunctions) {
+  // The schemas' arguments: is_causal, then keyword-only scale, bottom_right, window_left, window_right,
+  // deterministic.
   auto fwd = c10::Dispatcher::singleton()
                  .findSchemaOrThrow("lmscale::flash_attention_forward", "")
-                 .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                           bool)>();
+                 .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool,
+                                                           std::optional<double>, bool, int64_t, int64_t, bool)>();
   auto bwd = c10::Dispatcher::singleton()
                  .findSchemaOrThrow("lmscale::flash_attention_backward", "")
                  .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
                      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                     const at::Tensor&, bool)>();
+                     const at::Tensor&, bool, std::optional<double>, bool, int64_t, int64_t, bool)>();
   auto op = c10::Dispatcher::singleton()
                 .findSchemaOrThrow("lmscale::flash_attention", "")
-                .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool)>();
+                .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, std::optional<double>,
+                                  bool, int64_t, int64_t, bool)>();
   auto q = torch::randn({2, 40, 16}, torch::kDouble).requires_grad_(), k = torch::randn({2, 40, 16}, torch::kDouble),
        v = torch::randn({2, 40, 16}, torch::kDouble);
-  auto [o, L] = fwd.call(q.detach(), k, v, true);
+  auto [o, L] = fwd.call(q.detach(), k, v, true, std::nullopt, false, -1, -1, false);
   EXPECT_LT(max_diff(o, naive_attention(q.detach(), k, v, true)), 1e-10);
   auto dout = torch::randn_like(o);
-  auto [dq, dk, dv] = bwd.call(q.detach(), k, v, o, L, dout, true);
+  auto [dq, dk, dv] = bwd.call(q.detach(), k, v, o, L, dout, true, std::nullopt, false, -1, -1, false);
   // The Autograd kernel of lmscale::flash_attention records the backward.
-  op.call(q, k, v, true).backward(dout);
+  op.call(q, k, v, true, std::nullopt, false, -1, -1, false).backward(dout);
   EXPECT_LT(max_diff(q.grad(), dq), 1e-9);
 }
 
@@ -156,10 +161,13 @@ void expect_error(const std::function<void()>& fn, const std::string& needle) {
 TEST(FlashAttentionOp, BadInputsFailWithDiagnosis) {
   auto q = torch::randn({2, 8, 16}), k = torch::randn({2, 8, 16}), v = torch::randn({2, 8, 16});
   expect_error([&] { flash_attention_forward(q, k.to(torch::kDouble), v, false); }, "share one dtype");
+  // Dim -3 is the heads: 2 query heads over 3 K/V heads do not group.
   expect_error([&] { flash_attention_forward(q, torch::randn({3, 8, 16}), torch::randn({3, 8, 16}), false); },
-               "leading");
-  expect_error([&] { flash_attention_forward(q, torch::randn({2, 9, 16}), torch::randn({2, 9, 16}), true); },
-               "Nq == Nk");
+               "multiple of k's");
+  expect_error([&] {
+    flash_attention_forward(torch::randn({2, 2, 8, 16}), torch::randn({3, 2, 8, 16}), torch::randn({3, 2, 8, 16}),
+                            false);
+  }, "leading (batch) dims");
   expect_error([&] { flash_attention_forward(q, k, torch::randn({2, 8, 32}), false); }, "same shape");
   expect_error([&] { flash_attention_forward(q, torch::randn({2, 8, 32}), torch::randn({2, 8, 32}), false); },
                "head dim");
