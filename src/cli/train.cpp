@@ -124,25 +124,32 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
   app.footer("Defaults: small, context 512, bf16, flash attention on a GPU; tiny, context 128, fp32, naive attention on "
              "the CPU. Records: docs/results/SCHEMA.md (bench train); guide: docs/training.md.\n"
              "Examples:\n  lmscale train corpus --out data/pystdlib\n"
+             "  lmscale train corpus --tokenizer bpe --vocab 10000 --out data/pystdlib-bpe\n"
              "  lmscale train --corpus data/pystdlib --steps 2000 --eval-every 100 --impl lmscale,torch-eager\n"
              "  lmscale train --corpus data/pystdlib --device cpu --size tiny --context 64 --steps 200");
 
   // `lmscale train corpus`: the token files.
   auto c = std::make_shared<lmscale::CorpusOptions>();
-  CLI::App* corpus = app.add_subcommand("corpus", "make train.bin / val.bin from text, bytes as tokens (default: the "
-                                                  "Python standard library's sources, split by file)");
+  CLI::App* corpus = app.add_subcommand("corpus", "make train.bin / val.bin from text, bytes or BPE ids as tokens "
+                                                  "(default: the Python standard library's sources, split by file)");
   corpus->add_option("--from", c->sources, "files and folders of text (default: the standard library of "
                                            "$LMSCALE_PYTHON or python3)");
   corpus->add_option("--ext", c->extension, "take files with this extension from folders")->capture_default_str();
   corpus->add_option("--val-percent", c->val_percent, "share of files held out for validation")
       ->check(CLI::Range(1, 99))->capture_default_str();
   corpus->add_option("--out", c->out, "folder for train.bin, val.bin, corpus.json")->required();
+  corpus->add_option("--tokenizer", c->tokenizer,
+                     "bytes (ids 0-255), bpe (a byte-level BPE trained on the training files with Hugging Face "
+                     "tokenizers), or the path of a tokenizer.json; the BPE kinds keep tokenizer.json in --out")
+      ->capture_default_str();
+  corpus->add_option("--vocab", c->vocab, "ids of the BPE that --tokenizer bpe trains (at most the model's "
+                                          "vocabulary, 10000)")->capture_default_str();
   corpus->callback([c] {
     const lmscale::CorpusSummary s = lmscale::make_corpus(*c);
     std::cout << s.name << ": " << s.train_files << " files, " << s.train_tokens << " tokens → " << s.train_path << "\n"
               << "  validation: " << s.val_files << " files, " << s.val_tokens << " tokens → " << s.val_path << "\n"
-              << "  manifest: " << s.manifest_path << " (bytes as tokens, vocabulary of at least "
-              << lmscale::kCorpusVocab << ")\n";
+              << "  manifest: " << s.manifest_path << " (" << s.tokenizer << ", vocabulary of at least "
+              << s.vocab_needed << ")\n";
   });
   app.callback([a, &app] {
     if (!app.get_subcommands().empty()) return;  // `train corpus` ran instead

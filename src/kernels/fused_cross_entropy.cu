@@ -40,7 +40,12 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_fwd_kernel(const Cross
   const T* z = static_cast<const T*>(p.logits) + row * p.logits_stride;
   const RowSplit<T, N> split(z, p.vocab, vec);
   MaxSum acc{-INFINITY, 0.f};
-  for (int64_t j = threadIdx.x; j < split.head; j += kThreads) acc = merge(acc, MaxSum{to_float(z[j]), 1.f});
+  float total = 0.f;  // Σ_j z_j, read by label smoothing only
+  for (int64_t j = threadIdx.x; j < split.head; j += kThreads) {
+    const float v = to_float(z[j]);
+    acc = merge(acc, MaxSum{v, 1.f});
+    total += v;
+  }
 #pragma unroll 2
   for (int64_t j = split.head + static_cast<int64_t>(threadIdx.x) * N; j < split.body_end; j += kThreads * N) {
     float v[N];
@@ -50,17 +55,30 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_fwd_kernel(const Cross
     for (int k = 1; k < N; ++k) m = fmaxf(m, v[k]);
     float s = 0.f;
 #pragma unroll
-    for (int k = 0; k < N; ++k) s += __expf(v[k] - m);
+    for (int k = 0; k < N; ++k) s += __expf(v[k] - m), total += v[k];
     acc = merge(acc, MaxSum{m, s});
   }
-  for (int64_t j = split.body_end + threadIdx.x; j < p.vocab; j += kThreads) acc = merge(acc, MaxSum{to_float(z[j]), 1.f});
+  for (int64_t j = split.body_end + threadIdx.x; j < p.vocab; j += kThreads) {
+    const float v = to_float(z[j]);
+    acc = merge(acc, MaxSum{v, 1.f});
+    total += v;
+  }
   acc = block_merge(acc, scratch);
+  const float eps = p.label_smoothing;
+  if (eps != 0.f) total = block_sum(total, scratch);  // uniform branch; block_sum's leading barrier guards scratch
   if (threadIdx.x == 0) {
     const float log_sum = __logf(acc.s);
     const int64_t t = p.targets[row];
     p.row_max[row] = acc.m;
     p.row_log_sum[row] = log_sum;
-    p.loss_out[row] = t >= 0 && t < p.vocab ? log_sum - (to_float(z[t]) - acc.m) : __int_as_float(0x7fc00000);  // NaN
+    float loss = __int_as_float(0x7fc00000);  // NaN: a target outside [0, V) that is not ignore_index
+    if (t == p.ignore_index) {
+      loss = 0.f;
+    } else if (t >= 0 && t < p.vocab) {
+      loss = log_sum - (to_float(z[t]) - acc.m);
+      if (eps != 0.f) loss = (1.f - eps) * loss + eps * (log_sum - (total / static_cast<float>(p.vocab) - acc.m));
+    }
+    p.loss_out[row] = loss;
   }
 }
 
@@ -70,9 +88,14 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_bwd_kernel(const Cross
   const T* z = static_cast<const T*>(p.logits) + row * p.logits_stride;
   T* dz = static_cast<T*>(p.dlogits_out) + row * p.logits_stride;
   const RowSplit<T, N> split(z, p.vocab, vec);
-  const float m = p.row_max[row], log_sum = p.row_log_sum[row], scale = *p.grad_loss * p.grad_factor;
   const int64_t t = p.targets[row];
-  auto grad = [&](float v, int64_t j) { return scale * (__expf((v - m) - log_sum) - (j == t ? 1.f : 0.f)); };
+  const bool ignored = t == p.ignore_index;  // the whole row's gradient is 0 (uniform in the block)
+  const float m = p.row_max[row], log_sum = p.row_log_sum[row];
+  const float scale = ignored ? 0.f : p.grad_loss[row * p.grad_loss_stride] * p.grad_factor;
+  const float hit = 1.f - p.label_smoothing, spread = p.label_smoothing / static_cast<float>(p.vocab);
+  auto grad = [&](float v, int64_t j) {
+    return ignored ? 0.f : scale * (__expf((v - m) - log_sum) - (j == t ? hit : 0.f) - spread);
+  };
   for (int64_t j = threadIdx.x; j < split.head; j += kThreads) dz[j] = from_float<T>(grad(to_float(z[j]), j));
 #pragma unroll 2
   for (int64_t j = split.head + static_cast<int64_t>(threadIdx.x) * N; j < split.body_end; j += kThreads * N) {

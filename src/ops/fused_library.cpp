@@ -6,10 +6,11 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 #include <tuple>
+#include <utility>
 
-#include "ops/fused_cross_entropy.h"
 #include "ops/fused_rope.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -32,6 +33,21 @@ at::ScalarType math_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDou
 
 bool kernel_dtype(at::ScalarType t) { return t == at::kBFloat16 || t == at::kFloat; }
 
+// PyTorch's rules for the inputs of one op: every tensor on one device (a tensor left on `meta` or on
+// another device is refused by name, never read), and float data where the math is float.
+void check_one_device(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  const auto& [first_name, first] = *tensors.begin();
+  for (const auto& [name, t] : tensors)
+    TORCH_CHECK(!t->defined() || t->device() == first->device(), op,
+                ": expected all tensors to be on the same device, but found at least two devices, ", first->device(),
+                " (", first_name, ") and ", t->device(), " (", name, "). Move them to one device with .to()");
+}
+
+void check_floating(const char* op, const char* name, const Tensor& t) {
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": ", name, " must be a floating-point tensor, got ",
+              t.scalar_type(), " (as in PyTorch's layer: cast it first, e.g. .float())");
+}
+
 #ifdef LMSCALE_HAS_KERNELS
 kernels::FusedDtype fused_dtype(at::ScalarType t) {
   return t == at::kBFloat16 ? kernels::FusedDtype::kBF16 : kernels::FusedDtype::kFP32;
@@ -44,6 +60,11 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 // rstd = 1/sqrt(mean(h²) + eps) per row (fp32, fp64 for fp64), y = h · rstd · weight in y_dtype.
 
 void check_rms_norm(const Tensor& x, const std::optional<Tensor>& residual, const Tensor& weight) {
+  const Tensor none;
+  check_one_device("rms_norm", {{"x", &x}, {"residual", residual ? &*residual : &none}, {"weight", &weight}});
+  check_floating("rms_norm", "x", x);
+  check_floating("rms_norm", "weight", weight);
+  if (residual) check_floating("rms_norm", "residual", *residual);
   TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1), "rms_norm: weight ", weight.sizes(),
               " must be (C) with C the last dim of x ", x.sizes());
   TORCH_CHECK(!residual || residual->sizes() == x.sizes(), "rms_norm: residual ", residual->sizes(), " and x ",
@@ -120,6 +141,9 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
                                                      std::optional<at::ScalarType> residual_dtype) {
   TORCH_CHECK(dy_in.sizes() == h_in.sizes() && (!dh_in || dh_in->sizes() == h_in.sizes()),
               "rms_norm_backward: dy ", dy_in.sizes(), " and dh must have h's shape ", h_in.sizes());
+  const Tensor none;
+  check_one_device("rms_norm_backward", {{"h", &h_in}, {"dy", &dy_in}, {"dh", dh_in ? &*dh_in : &none},
+                                         {"weight", &weight_in}, {"rstd", &rstd}});
   if (residual_dtype == h_in.scalar_type()) residual_dtype.reset();
 #ifdef LMSCALE_HAS_KERNELS
   const bool kernel = rms_norm_kernel_applies(h_in, std::nullopt, weight_in, dy_in.scalar_type()) &&
@@ -168,6 +192,8 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
 // ------------------------------------------------------------------ SwiGLU gate: silu(a) · b
 
 void check_swiglu(const Tensor& a, const Tensor& b) {
+  check_one_device("swiglu", {{"a", &a}, {"b", &b}});
+  check_floating("swiglu", "a", a);
   TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device(),
               "swiglu: a ", a.sizes(), " ", a.scalar_type(), " and b ", b.sizes(), " ", b.scalar_type(),
               " must have one shape, dtype and device");
@@ -212,6 +238,7 @@ std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& dout_in, const Tensor& 
   check_swiglu(a_in, b_in);
   TORCH_CHECK(dout_in.sizes() == a_in.sizes(), "swiglu_backward: dout ", dout_in.sizes(), " must have a's shape ",
               a_in.sizes());
+  check_one_device("swiglu_backward", {{"a", &a_in}, {"dout", &dout_in}});
   if (swiglu_kernel_applies(a_in) && dout_in.scalar_type() == a_in.scalar_type()) {
 #ifdef LMSCALE_HAS_KERNELS
     c10::cuda::CUDAGuard guard(a_in.device());
@@ -240,8 +267,16 @@ std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& dout_in, const Tensor& 
 }
 
 // ------------------------------------------------------------------ QKV split + RoPE
-// qkv (B, T, 3C) = [q | k | v] → q, k rotated (pairs (2i, 2i+1) by the (cos, sin) of rotation
-// (≥T, D/2, 2) fp32), v as is, each (B, H, T, D) contiguous.
+// qkv (B, T, 3C) = [q | k | v] → q, k rotated by the (cos, sin) of rotation (≥T, D/2, 2) fp32, v as is,
+// each (B, H, T, D) contiguous. Pair i of a head is (2i, 2i+1) (adjacent: the spec's, GPT-J's) or, with
+// rotate_half, (i, i + D/2) (Hugging Face's Llama and GPT-NeoX: q·cos + rotate_half(q)·sin). The kernel
+// serves the adjacent layout; rotate_half runs the ATen reference on every device.
+
+void check_rope(const char* op, const char* name, const Tensor& t, const Tensor& rotation) {
+  check_one_device(op, {{name, &t}, {"rotation", &rotation}});
+  check_floating(op, name, t);
+  check_floating(op, "rotation", rotation);
+}
 
 bool rope_kernel_applies(const Tensor& t, const Tensor& rotation) {
 #ifdef LMSCALE_HAS_KERNELS
@@ -273,14 +308,21 @@ kernels::RopeQkvParams rope_params(int64_t B, int64_t T, int64_t heads, int64_t 
 }
 #endif
 
-std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const Tensor& rotation_in, int64_t heads) {
+std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const Tensor& rotation_in, int64_t heads,
+                                                     bool rotate_half) {
+  check_rope("rope_qkv_forward", "qkv", qkv_in, rotation_in);
   check_rope_qkv_shapes(qkv_in, rotation_in, heads);
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), C = qkv_in.size(2) / 3, D = C / heads;
-  if (!rope_kernel_applies(qkv_in, rotation_in)) {
+  if (rotate_half || !rope_kernel_applies(qkv_in, rotation_in)) {
     const auto mt = math_dtype(qkv_in.scalar_type());
     auto parts = qkv_in.reshape({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
     auto [cos, sin] = rope_table(rotation_in, T, mt);
     auto rotate = [&](const Tensor& x) {
+      if (rotate_half) {
+        auto xm = x.to(mt);
+        auto x0 = xm.narrow(-1, 0, D / 2), x1 = xm.narrow(-1, D / 2, D / 2);
+        return at::cat({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).to(qkv_in.scalar_type());
+      }
       auto pairs = x.to(mt).unflatten(-1, {D / 2, 2});
       auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
       return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(qkv_in.scalar_type());
@@ -308,14 +350,17 @@ std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const 
 
 // The transpose: dq, dk rotated back (x0 = y0·cos + y1·sin, x1 = −y0·sin + y1·cos), dv as is, into (B, T, 3C).
 Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor& dv_in, const Tensor& rotation_in,
-                         int64_t heads) {
+                         int64_t heads, bool rotate_half) {
   TORCH_CHECK(dq_in.dim() == 4 && dk_in.sizes() == dq_in.sizes() && dv_in.sizes() == dq_in.sizes() &&
                   dq_in.size(1) == heads,
               "rope_qkv_backward: dq, dk, dv must be one (B, H, T, D) shape with H = ", heads, "; got ", dq_in.sizes(),
               ", ", dk_in.sizes(), ", ", dv_in.sizes());
+  check_rope("rope_qkv_backward", "dq", dq_in, rotation_in);
+  check_one_device("rope_qkv_backward", {{"dq", &dq_in}, {"dk", &dk_in}, {"dv", &dv_in}});
   const int64_t B = dq_in.size(0), T = dq_in.size(2), D = dq_in.size(3), C = heads * D;
   const auto dt = dq_in.scalar_type();
-  if (rope_kernel_applies(dq_in, rotation_in) && dk_in.scalar_type() == dt && dv_in.scalar_type() == dt) {
+  if (!rotate_half && rope_kernel_applies(dq_in, rotation_in) && dk_in.scalar_type() == dt &&
+      dv_in.scalar_type() == dt) {
 #ifdef LMSCALE_HAS_KERNELS
     c10::cuda::CUDAGuard guard(dq_in.device());
     auto dq = dq_in.contiguous(), dk = dk_in.contiguous(), dv = dv_in.contiguous();
@@ -333,6 +378,11 @@ Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor&
   const auto mt = math_dtype(dt);
   auto [cos, sin] = rope_table(rotation_in, T, mt);
   auto unrotate = [&](const Tensor& y) {
+    if (rotate_half) {
+      auto ym = y.to(mt);
+      auto y0 = ym.narrow(-1, 0, D / 2), y1 = ym.narrow(-1, D / 2, D / 2);
+      return at::cat({y0 * cos + y1 * sin, y1 * cos - y0 * sin}, -1).to(dt);
+    }
     auto pairs = y.to(mt).unflatten(-1, {D / 2, 2});
     auto y0 = pairs.select(-1, 0), y1 = pairs.select(-1, 1);
     return at::stack({y0 * cos + y1 * sin, y1 * cos - y0 * sin}, -1).flatten(-2).to(dt);
@@ -341,10 +391,50 @@ Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor&
   return parts.permute({1, 3, 0, 2, 4}).reshape({B, T, 3 * C});
 }
 
-// ------------------------------------------------------------------ cross-entropy (mean over positions)
-// forward: per row of logits (rows, V): m = max, l = log Σ exp(z − m), loss = l − (z_t − m); returns the
-// mean loss (0-dim, fp32; fp64 for fp64) and stats (2, rows) = (m, l) for the backward. No fp32 copy of
-// the logits on the kernel path.
+// ------------------------------------------------------------------ cross-entropy
+// F.cross_entropy with class-index targets: per row of logits (rows, V): m = max, l = log Σ exp(z − m),
+// loss = l − (z_t − m); with label smoothing ε, (1 − ε)·that + ε·(l − (mean_j z_j − m)); a row whose
+// target is ignore_index has loss 0 and gradient 0. reduction is PyTorch's at::Reduction: 0 none (the
+// per-position losses, the targets' shape), 1 mean (over the rows not ignored: NaN when there are none,
+// as PyTorch), 2 sum. The loss is fp32 (fp64 for fp64 logits); stats (2, rows) = (m, l) for the
+// backward. No fp32 copy of the logits on the kernel path.
+
+void check_cross_entropy_op(const char* op, const Tensor& logits, const Tensor& targets, int64_t reduction,
+                            double label_smoothing) {
+  TORCH_CHECK(logits.dim() >= 1 && targets.dim() == logits.dim() - 1 &&
+                  targets.sizes() == logits.sizes().slice(0, logits.dim() - 1),
+              "cross_entropy: logits ", logits.sizes(), " need targets of shape (…) = the logits' shape without "
+              "its last (vocabulary) dim, got ", targets.sizes());
+  TORCH_CHECK(targets.scalar_type() == at::kLong, "cross_entropy: targets must be int64 class indices, got ",
+              targets.scalar_type());
+  check_one_device(op, {{"logits", &logits}, {"targets", &targets}});
+  check_floating(op, "logits", logits);
+  TORCH_CHECK(logits.size(-1) > 0, "cross_entropy: the vocabulary (the last dim of logits ", logits.sizes(),
+              ") is empty");
+  TORCH_CHECK(reduction >= 0 && reduction <= 2, "cross_entropy: reduction must be 0 (none), 1 (mean) or 2 (sum), got ",
+              reduction);
+  TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+              "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
+}
+
+// The reference's check (the kernel makes such a row's loss NaN instead: checking would stall the GPU).
+void check_targets_in_range(const Tensor& targets, int64_t V, int64_t ignore_index) {
+  auto bad = (targets != ignore_index).logical_and_((targets < 0).logical_or_(targets >= V));
+  if (!bad.any().item<bool>()) return;
+  const int64_t at_pos = bad.nonzero()[0][0].item<int64_t>();
+  TORCH_CHECK(false, "cross_entropy: target ", targets[at_pos].item<int64_t>(), " (position ", at_pos,
+              " of the flattened targets) is outside the vocabulary [0, ", V, ") and is not ignore_index (",
+              ignore_index, "). Targets are class indices below V = logits.shape[-1]; mark positions to skip "
+              "(padding) with ignore_index");
+}
+
+// The reduction of the per-row losses (rows), given which rows count.
+Tensor reduce_cross_entropy(const Tensor& losses, const Tensor& counted, int64_t reduction, at::IntArrayRef shape) {
+  if (reduction == 0) return losses.view(shape);
+  auto total = losses.sum();
+  if (reduction == 2) return total;
+  return total / counted.sum().to(total.scalar_type());  // 0/0 = NaN when every target is ignored, as PyTorch
+}
 
 bool cross_entropy_kernel_applies(const Tensor& logits, const Tensor& targets) {
 #ifdef LMSCALE_HAS_KERNELS
@@ -357,7 +447,8 @@ bool cross_entropy_kernel_applies(const Tensor& logits, const Tensor& targets) {
 
 #ifdef LMSCALE_HAS_KERNELS
 // z (rows, V) with a contiguous last dim, targets (rows) contiguous int64; stats (2, rows) fp32.
-kernels::CrossEntropyParams cross_entropy_params(const Tensor& z, const Tensor& targets, const Tensor& stats) {
+kernels::CrossEntropyParams cross_entropy_params(const Tensor& z, const Tensor& targets, const Tensor& stats,
+                                                 int64_t ignore_index, double label_smoothing) {
   kernels::CrossEntropyParams p;
   p.logits = z.data_ptr();
   p.logits_stride = z.stride(0);
@@ -367,58 +458,75 @@ kernels::CrossEntropyParams cross_entropy_params(const Tensor& z, const Tensor& 
   p.dtype = fused_dtype(z.scalar_type());
   p.row_max = stats[0].data_ptr<float>();
   p.row_log_sum = stats[1].data_ptr<float>();
+  p.ignore_index = ignore_index;
+  p.label_smoothing = static_cast<float>(label_smoothing);
   return p;
 }
 #endif
 
-std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets_in) {
-  check_cross_entropy_shapes(logits, targets_in);
+std::tuple<Tensor, Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets_in, int64_t reduction,
+                                                 int64_t ignore_index, double label_smoothing) {
+  check_cross_entropy_op("cross_entropy_forward", logits, targets_in, reduction, label_smoothing);
   const int64_t V = logits.size(-1);
   auto z = logits.reshape({-1, V});
   auto targets = targets_in.reshape({-1});
+  const auto counted = targets != ignore_index;
   if (!cross_entropy_kernel_applies(logits, targets_in)) {
+    check_targets_in_range(targets, V, ignore_index);
     auto zm = z.to(math_dtype(logits.scalar_type()));
     auto m = std::get<0>(zm.max(-1, /*keepdim=*/true));
     auto l = (zm - m).exp().sum(-1).log();
-    auto picked = zm.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
-    auto loss = (l - (picked - m.squeeze(-1))).mean();
-    return {loss, at::stack({m.squeeze(-1), l}, 0)};
+    auto picked = zm.gather(-1, targets.masked_fill(counted.logical_not(), 0).unsqueeze(-1)).squeeze(-1);
+    m = m.squeeze(-1);
+    auto losses = l - (picked - m);
+    if (label_smoothing != 0.0) losses = (1 - label_smoothing) * losses + label_smoothing * (l - (zm.mean(-1) - m));
+    losses = losses.masked_fill(counted.logical_not(), 0);
+    return {reduce_cross_entropy(losses, counted, reduction, targets_in.sizes()), at::stack({m, l}, 0)};
   }
 #ifdef LMSCALE_HAS_KERNELS
   c10::cuda::CUDAGuard guard(logits.device());
   if (z.stride(-1) != 1) z = z.contiguous();
   targets = targets.contiguous();
   auto opts = z.options().dtype(at::kFloat);
-  auto loss = at::empty({z.size(0)}, opts), stats = at::empty({2, z.size(0)}, opts);
-  auto p = cross_entropy_params(z, targets, stats);
-  p.loss_out = loss.data_ptr<float>();
+  auto losses = at::empty({z.size(0)}, opts), stats = at::empty({2, z.size(0)}, opts);
+  auto p = cross_entropy_params(z, targets, stats, ignore_index, label_smoothing);
+  p.loss_out = losses.data_ptr<float>();
   kernels::run_cross_entropy_fwd(p, stream());
-  return {loss.mean(), stats};
+  return {reduce_cross_entropy(losses, counted, reduction, targets_in.sizes()), stats};
 #else
   TORCH_CHECK(false, "unreachable");
 #endif
 }
 
-// dz = grad_loss / rows · (exp(z − m − l) − [j = t]), in the logits' dtype and shape.
+// dz = g_row · (exp(z − m − l) − (1 − ε)·[j = t] − ε/V), 0 on ignored rows, in the logits' dtype and shape;
+// g_row = grad_loss (sum), grad_loss / rows counted (mean), or grad_loss's entry for the row (none).
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets_in,
-                              const Tensor& stats) {
-  check_cross_entropy_shapes(logits, targets_in);
+                              const Tensor& stats, int64_t reduction, int64_t ignore_index, double label_smoothing) {
+  check_cross_entropy_op("cross_entropy_backward", logits, targets_in, reduction, label_smoothing);
   const int64_t V = logits.size(-1);
   auto z = logits.reshape({-1, V});
   auto targets = targets_in.reshape({-1});
-  TORCH_CHECK(stats.dim() == 2 && stats.size(0) == 2 && stats.size(1) == z.size(0),
+  const int64_t rows = z.size(0);
+  TORCH_CHECK(stats.dim() == 2 && stats.size(0) == 2 && stats.size(1) == rows,
               "cross_entropy_backward: stats must be the forward's (2, rows); got ", stats.sizes());
+  TORCH_CHECK(reduction == 0 ? grad_loss.sizes() == targets_in.sizes() : grad_loss.numel() == 1,
+              "cross_entropy_backward: grad_loss ", grad_loss.sizes(), " must be ",
+              reduction == 0 ? "the targets' shape (reduction none)" : "one number (a reduced loss)");
+  check_one_device("cross_entropy_backward", {{"logits", &logits}, {"stats", &stats}});
+  const auto counted = targets != ignore_index;
   if (cross_entropy_kernel_applies(logits, targets_in) && stats.scalar_type() == at::kFloat) {
 #ifdef LMSCALE_HAS_KERNELS
     c10::cuda::CUDAGuard guard(logits.device());
     z = z.contiguous();
     targets = targets.contiguous();
     auto st = stats.contiguous();
-    auto g = grad_loss.to(at::kFloat).contiguous();  // stays on the device: no sync
+    auto g = grad_loss.to(z.device(), at::kFloat);  // stays on the device: no sync
+    if (reduction == 1) g = g / counted.sum();
+    g = g.reshape({reduction == 0 ? rows : 1}).contiguous();
     auto dz = at::empty_like(z);
-    auto p = cross_entropy_params(z, targets, st);
+    auto p = cross_entropy_params(z, targets, st, ignore_index, label_smoothing);
     p.grad_loss = g.data_ptr<float>();
-    p.grad_factor = 1.f / static_cast<float>(z.size(0));
+    p.grad_loss_stride = reduction == 0 ? 1 : 0;
     p.dlogits_out = dz.data_ptr();
     kernels::run_cross_entropy_bwd(p, stream());
     return dz.view(logits.sizes());
@@ -426,9 +534,13 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   }
   const auto mt = stats.scalar_type();
   auto zm = z.to(mt);
-  auto softmax = (zm - stats[0].unsqueeze(-1) - stats[1].unsqueeze(-1)).exp();
-  auto dz = softmax.scatter_add(-1, targets.unsqueeze(-1), at::full({z.size(0), 1}, -1.0, softmax.options()));
-  dz = dz * (grad_loss.to(mt) / static_cast<double>(z.size(0)));
+  auto probs = (zm - stats[0].unsqueeze(-1) - stats[1].unsqueeze(-1)).exp();
+  if (label_smoothing != 0.0) probs = probs - label_smoothing / static_cast<double>(V);
+  auto safe_targets = targets.masked_fill(counted.logical_not(), 0).unsqueeze(-1);
+  auto dz = probs.scatter_add(-1, safe_targets, at::full({rows, 1}, label_smoothing - 1.0, probs.options()));
+  auto g = grad_loss.to(z.device(), mt);
+  if (reduction == 1) g = g / counted.sum().to(mt);
+  dz = (dz * g.reshape({reduction == 0 ? rows : 1, 1})).masked_fill(counted.logical_not().unsqueeze(-1), 0);
   return dz.to(logits.scalar_type()).contiguous().view(logits.sizes());
 }
 
@@ -483,10 +595,14 @@ TORCH_LIBRARY_FRAGMENT(lmscale, m) {
         "ScalarType? residual_dtype=None) -> (Tensor dx, Tensor dweight, Tensor dresidual)");
   m.def("swiglu_forward(Tensor a, Tensor b) -> Tensor");
   m.def("swiglu_backward(Tensor dout, Tensor a, Tensor b) -> (Tensor da, Tensor db)");
-  m.def("rope_qkv_forward(Tensor qkv, Tensor rotation, int heads) -> (Tensor q, Tensor k, Tensor v)");
-  m.def("rope_qkv_backward(Tensor dq, Tensor dk, Tensor dv, Tensor rotation, int heads) -> Tensor");
-  m.def("cross_entropy_forward(Tensor logits, Tensor targets) -> (Tensor loss, Tensor stats)");
-  m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor stats) -> Tensor");
+  m.def("rope_qkv_forward(Tensor qkv, Tensor rotation, int heads, bool rotate_half=False) "
+        "-> (Tensor q, Tensor k, Tensor v)");
+  m.def("rope_qkv_backward(Tensor dq, Tensor dk, Tensor dv, Tensor rotation, int heads, bool rotate_half=False) "
+        "-> Tensor");
+  m.def("cross_entropy_forward(Tensor logits, Tensor targets, int reduction=1, int ignore_index=-100, "
+        "float label_smoothing=0.0) -> (Tensor loss, Tensor stats)");
+  m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor targets, Tensor stats, int reduction=1, "
+        "int ignore_index=-100, float label_smoothing=0.0) -> Tensor");
 }
 
 // One set of functions for both keys: each picks the kernel or the reference itself.

@@ -66,6 +66,9 @@ def op_samples(device, dtype, grad=False):
     q, k, v = ops.rope_qkv_forward(qkv, rot, 2)
     logits, targets = g(2, 6, 50), torch.randint(50, (2, 6), device=device)
     loss, stats = ops.cross_entropy_forward(logits, targets)
+    padded = targets.clone()
+    padded[0, :2] = -100  # PyTorch's ignore_index
+    losses, stats_n = ops.cross_entropy_forward(logits, padded, 0, -100, 0.1)  # per position, label smoothing
     return [
         (ops.rms_norm_forward.default, (d(x), d(res), d(w), 1e-5, None)),
         (ops.rms_norm_forward.default, (d(x), None, d(w), 1e-6, torch.float32)),
@@ -78,6 +81,11 @@ def op_samples(device, dtype, grad=False):
         (ops.rope_qkv_backward.default, (torch.randn_like(q), torch.randn_like(k), torch.randn_like(v), rot, 2)),
         (ops.cross_entropy_forward.default, (d(logits), targets)),
         (ops.cross_entropy_backward.default, (torch.ones_like(loss), logits, targets, stats)),
+        (ops.cross_entropy_forward.default, (d(logits), padded, 0, -100, 0.1)),
+        (ops.cross_entropy_forward.default, (d(logits), padded, 2, 7, 0.0)),
+        (ops.cross_entropy_backward.default, (torch.randn_like(losses), logits, padded, stats_n, 0, -100, 0.1)),
+        (ops.cross_entropy_backward.default, (torch.ones_like(loss), logits, padded, stats_n, 1, -100, 0.1)),
+        (ops.rope_qkv_forward.default, (d(qkv), rot, 2, True)),
     ]
 
 
