@@ -90,3 +90,48 @@ def test_usage_errors_exit_2(sources, tmp_path, args, words):
     r = corpus(*args, "--out", tmp_path / "out")
     assert r.returncode == 2, r.stdout + r.stderr
     assert words in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ --tokenizer bpe | tokenizer.json (issue 42)
+
+def test_a_bpe_corpus_records_the_tokenizer_that_made_it(sources, tmp_path):
+    import hashlib
+    import json
+
+    import numpy as np
+
+    tokenizers = pytest.importorskip("tokenizers")
+    out = tmp_path / "bpe"
+    r = corpus("--from", sources, "--out", out, "--val-percent", "20", "--tokenizer", "bpe", "--vocab", "300")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["corpus.json", "tokenizer.json", "train.bin", "val.bin"]
+    manifest = json.loads((out / "corpus.json").read_text())
+    tok = manifest["tokenizer"]
+    assert tok["kind"] == "bpe" and tok["file"] == "tokenizer.json"
+    assert tok["sha256"] == hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
+    tokenizer = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert manifest["vocab_needed"] == tokenizer.get_vocab_size() <= 300
+    eot = tokenizer.token_to_id("<|endoftext|>")
+    assert tok["end_of_file_id"] == eot
+    ids = np.fromfile(out / "train.bin", dtype=np.uint16)
+    assert len(ids) == manifest["train_tokens"] and ids.max() < manifest["vocab_needed"]
+    first = ids[: int(np.argmax(ids == eot))].tolist()  # the first training file, decoded back to its text
+    texts = {p.read_text() for p in sources.rglob("*.py")}
+    assert tokenizer.decode(first) in texts
+    assert len(ids) < sum(len(t) for t in texts)  # fewer tokens than bytes: merges were learned
+    # The same tokenizer given as a file makes the same tokens, and the manifest says where they came from.
+    again = corpus("--from", sources, "--out", tmp_path / "given", "--val-percent", "20",
+                   "--tokenizer", out / "tokenizer.json")
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "given" / "train.bin").read_bytes() == (out / "train.bin").read_bytes()
+    given = json.loads((tmp_path / "given" / "corpus.json").read_text())["tokenizer"]
+    assert given["kind"] == "tokenizer.json" and given["sha256"] == tok["sha256"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--tokenizer", "nope.json"], "--tokenizer nope.json: expected bytes, bpe, or the path of a tokenizer.json"),
+    (["--tokenizer", "bpe", "--vocab", "100"], "--vocab must be between 257"),
+])
+def test_tokenizer_usage_errors_exit_2(sources, tmp_path, args, words):
+    r = corpus("--from", sources, "--out", tmp_path / "out", *args)
+    assert r.returncode == 2 and words in r.stderr, r.stdout + r.stderr
