@@ -118,8 +118,9 @@ void write_corpus_files(const std::vector<std::pair<std::string, std::string>>& 
       for (const auto& done : written) std::remove(done.c_str());
       int64_t total = 0;
       for (const auto& f : files) total += static_cast<int64_t>(f.second.size());
-      throw std::runtime_error(std::string(e.what()) + ". The corpus needs " + std::to_string((total + 999999) / 1000000) +
-                               " MB in all" + (written.empty() ? "" : "; the files of it already written were removed") +
+      const std::string need = total < 1000000 ? std::to_string((total + 999) / 1000) + " kB"
+                                               : std::to_string((total + 999999) / 1000000) + " MB";
+      throw std::runtime_error(std::string(e.what()) + ". The corpus needs " + need + " in all" + (written.empty() ? "" : "; the files of it already written were removed") +
                                ", and no temporary file was left");
     }
     written.push_back(path);

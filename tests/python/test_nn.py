@@ -82,7 +82,7 @@ def op_samples(device, dtype, grad=False):
         (ops.cross_entropy_forward.default, (d(logits), targets)),
         (ops.cross_entropy_backward.default, (torch.ones_like(loss), logits, targets, stats)),
         (ops.cross_entropy_forward.default, (d(logits), padded, 0, -100, 0.1)),
-        (ops.cross_entropy_forward.default, (d(logits), padded, 2, 7, 0.0)),
+        (ops.cross_entropy_forward.default, (d(logits), targets, 2, 7, 0.0)),  # class 7 ignored
         (ops.cross_entropy_backward.default, (torch.randn_like(losses), logits, padded, stats_n, 0, -100, 0.1)),
         (ops.cross_entropy_backward.default, (torch.ones_like(loss), logits, padded, stats_n, 1, -100, 0.1)),
         (ops.rope_qkv_forward.default, (d(qkv), rot, 2, True)),
