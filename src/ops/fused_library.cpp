@@ -581,7 +581,8 @@ void autograd_without_python(const c10::OperatorHandle& op, c10::DispatchKeySet 
 void register_autograd_without_python(torch::Library& m) {
   for (const char* name : {"rms_norm_forward", "rms_norm_backward", "swiglu_forward", "swiglu_backward",
                            "rope_qkv_forward", "rope_qkv_backward", "cross_entropy_forward", "cross_entropy_backward",
-                           "flash_attention_forward", "flash_attention_backward"})
+                           "flash_attention_forward", "flash_attention_backward", "flash_attention_varlen_forward",
+                           "flash_attention_varlen_backward"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&autograd_without_python>());
 }
 
