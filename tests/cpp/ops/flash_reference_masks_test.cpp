@@ -11,6 +11,7 @@
 
 #include "ops/flash_attention.h"
 #include "ops/flash_reference.h"
+#include "support/expect_error.h"
 #include "ops/flash_reference_plain.h"
 
 namespace lmscale::ops {
@@ -236,14 +237,7 @@ TEST(FlashAttentionVarlenOp, AutogradMatchesPlainAttention) {
   for (int i = 0; i < 3; ++i) EXPECT_LT(max_diff(got[i], want[i]), 1e-9) << "d" << "qkv"[i];
 }
 
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find(needle), std::string::npos) << e.what_without_backtrace();
-  }
-}
+using lmscale::testing::expect_error;
 
 TEST(FlashAttentionVarlenOp, BadOffsetsFailWithDiagnosis) {
   auto q = torch::randn({10, 4, 8}), k = torch::randn({10, 2, 8});

@@ -14,6 +14,7 @@
 #include "model/attention.h"
 #include "ops/flash_attention.h"
 #include "ops/flash_reference.h"
+#include "support/expect_error.h"
 
 namespace lmscale::ops {
 namespace {
@@ -149,14 +150,7 @@ TEST(FlashAttentionOp, DispatcherOpsMatchTheCppFunctions) {
   EXPECT_LT(max_diff(q.grad(), dq), 1e-9);
 }
 
-void expect_error(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find(needle), std::string::npos) << e.what_without_backtrace();
-  }
-}
+using lmscale::testing::expect_error;
 
 TEST(FlashAttentionOp, BadInputsFailWithDiagnosis) {
   auto q = torch::randn({2, 8, 16}), k = torch::randn({2, 8, 16}), v = torch::randn({2, 8, 16});
