@@ -1,4 +1,5 @@
-// The attention benchmarks of attention_bench.h: one timing routine (CUDA events after warm-up, median)
+// The attention benchmarks of attention_bench.h: one timing routine (CUDA events after warm-up on a
+// GPU, the host clock on the CPU; the median, with the spread the noise guard of core/stats.h judges)
 // applied to every (config, impl) cell, three grids on top of it, OOM and unsupported cells kept as
 // table entries rather than crashes.
 #include "bench/attention_bench.h"
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -101,19 +103,23 @@ struct Config {
   }
 };
 
-// One cell's outcome: medians in ms (NaN when not measured) or why there is none.
+// One cell's outcome: medians in ms (NaN when not measured) or why there is none; the timings behind
+// each median (both passes' under Note [impl order]), for its spread.
 struct Cell {
   double fwd = NAN, bwd = NAN, fwdbwd = NAN;
+  std::vector<double> fwd_ms, bwd_ms, fwdbwd_ms;
   double mem_before_bwd = NAN;  // bytes allocated after the forward, before backward
   std::string status = "ok";    // ok | OOM | n/a
   std::string error;
 };
 
-double median_ms(StepClock& clock, const std::vector<std::pair<int, int>>& marks) {
+// The timings of the marked intervals; *median their median.
+std::vector<double> timings_ms(StepClock& clock, const std::vector<std::pair<int, int>>& marks, double* median) {
   clock.synchronize();
   std::vector<double> v;
   for (auto [a, b] : marks) v.push_back(clock.ms(a, b));
-  return summarize(v).median;
+  *median = summarize(v).median;
+  return v;
 }
 
 // Times forward, backward (autograd::grad of dO, so nothing accumulates into .grad) and, when asked,
@@ -143,7 +149,7 @@ Cell time_cell(const Config& cfg, const std::string& impl, const c10::Device& de
         marks.emplace_back(a, clock.mark());
       }
     }
-    cell.fwd = median_ms(clock, marks);
+    cell.fwd_ms = timings_ms(clock, marks, &cell.fwd);
 
     clock.clear();
     marks.clear();
@@ -158,7 +164,7 @@ Cell time_cell(const Config& cfg, const std::string& impl, const c10::Device& de
       backward(o, dout);
       marks.emplace_back(a, clock.mark());
     }
-    cell.bwd = median_ms(clock, marks);
+    cell.bwd_ms = timings_ms(clock, marks, &cell.bwd);
 
     clock.clear();
     marks.clear();
@@ -171,7 +177,7 @@ Cell time_cell(const Config& cfg, const std::string& impl, const c10::Device& de
         backward(o, dout);
       marks.emplace_back(a, clock.mark());
     }
-    cell.fwdbwd = median_ms(clock, marks);
+    cell.fwdbwd_ms = timings_ms(clock, marks, &cell.fwdbwd);
   } catch (const std::exception& e) {
     cell.status = is_out_of_memory(e) ? "OOM" : "n/a";
     cell.error = error_message(e).substr(0, 200);
@@ -193,6 +199,8 @@ Cell average_of_passes(const Cell& first, const Cell& second) {
   c.fwd = (first.fwd + second.fwd) / 2;
   c.bwd = (first.bwd + second.bwd) / 2;
   c.fwdbwd = (first.fwdbwd + second.fwdbwd) / 2;
+  for (auto [all, more] : {std::pair{&c.fwd_ms, &second.fwd_ms}, {&c.bwd_ms, &second.bwd_ms}, {&c.fwdbwd_ms, &second.fwdbwd_ms}})
+    all->insert(all->end(), more->begin(), more->end());
   return c;
 }
 
@@ -203,16 +211,25 @@ std::vector<Json> cell_records(const std::string& mode, const Config& cfg, const
                    {field::causal, cfg.causal}});
   base.set_status(c.status, c.error);
   std::vector<Json> out;
-  auto add = [&](const std::string& metric, double value, const std::string& unit) {
+  auto add = [&](const std::string& metric, double value, const std::string& unit,
+                 const std::vector<double>& timings = {}) {
     if (base.status() != Status::ok) return out.push_back(base.metric(metric, nullptr, unit));
+    if (!std::isnan(value) && !timings.empty()) {
+      // The value stays the median; the spread beside it is what the noise guard reads (report's ⚠).
+      const Summary t = summarize(timings);
+      Json j = base.metric(metric, value, unit);
+      j.update(Json{{field::std_dev, t.std}, {field::median, t.median}, {field::min, t.min}, {field::max, t.max},
+                    {field::n, t.n}});
+      return out.push_back(j);
+    }
     if (!std::isnan(value)) return out.push_back(base.metric(metric, value, unit));
     Record not_measured = base;  // e.g. no backward in this mode
     out.push_back(not_measured.set_status(Status::skipped, "not measured in this mode").metric(metric, nullptr, unit));
   };
   const double flops = attention_fwd_flops(cfg.batch, std::max<int64_t>(cfg.heads, 1), cfg.seq, cfg.head_dim, cfg.causal);
-  add("fwd_ms", c.fwd, "ms");
-  add("bwd_ms", c.bwd, "ms");
-  add("fwdbwd_ms", c.fwdbwd, "ms");
+  add("fwd_ms", c.fwd, "ms", c.fwd_ms);
+  add("bwd_ms", c.bwd, "ms", c.bwd_ms);
+  add("fwdbwd_ms", c.fwdbwd, "ms", c.fwdbwd_ms);
   add("fwd_tflops", flops / (c.fwd * 1e9), "TFLOP/s");
   add("bwd_tflops", 2.5 * flops / (c.bwd * 1e9), "TFLOP/s");
   add("fwdbwd_tflops", 3.5 * flops / (c.fwdbwd * 1e9), "TFLOP/s");
@@ -221,6 +238,43 @@ std::vector<Json> cell_records(const std::string& mode, const Config& cfg, const
 }
 
 std::string cell_text(const Cell& c, double v, int decimals = 3) { return c.status == "ok" ? fmt(v, decimals) : c.status; }
+
+// A median with ± the spread of its timings, ⚠ when the noise guard does not trust it (core/stats.h).
+std::string timed_text(const Cell& c, double median, const std::vector<double>& timings) {
+  if (c.status != "ok") return c.status;
+  const Summary t = summarize(timings);
+  return fmt(median, 3) + (t.n > 1 ? " ± " + fmt(t.std, 3) : "") + (noise_problem(t).empty() ? "" : " ⚠");
+}
+
+// Counts a cell the guard does not trust (any of its phases), keeping why.
+void note_noise(const Cell& c, int* noisy, std::set<std::string>* why) {
+  if (c.status != "ok") return;
+  bool any = false;
+  for (const auto* t : {&c.fwd_ms, &c.bwd_ms, &c.fwdbwd_ms})
+    if (!t->empty())
+      if (const std::string w = noise_problem(summarize(*t)); !w.empty()) {
+        any = true;
+        why->insert(w);
+      }
+  *noisy += any;
+}
+
+// The line under a table with untrusted cells: why, and the command that measures them properly.
+std::string noise_note(int noisy, const std::set<std::string>& why, int iters) {
+  if (noisy == 0) return "";
+  std::string w;
+  for (const auto& x : why) w += (w.empty() ? "" : "; ") + x;
+  return "\n**⚠ " + std::to_string(noisy) + (noisy == 1 ? " cell is" : " cells are") + " not to be trusted** (" + w +
+         "): its timings spread by more than " + fmt(100 * kNoisySpread, 0) + " % of the median, or rest on fewer than " +
+         std::to_string(kTrustedSteps) + ". Measure again on an idle machine" +
+         (iters < 4 * kTrustedSteps ? ", with at least `--iters " + std::to_string(4 * kTrustedSteps) + "`" : "") +
+         ".\n";
+}
+
+// How the times were taken, as the header says it: CUDA events only where there is a GPU.
+std::string timing_source(const c10::Device& device) {
+  return device.is_cuda() ? "medians of CUDA-event timings" : "medians of host-clock timings on the CPU";
+}
 
 // The cell's progress line (core/sweep_progress.h: count, elapsed time, ETA), its outcome the times.
 void progress(SweepProgress& bar, const Config& cfg, const std::string& impl, const Cell& c) {
@@ -270,8 +324,10 @@ void run_sweep(const AttentionBenchOptions& opts, const c10::Device& device) {
       for (auto s : or_default(opts.seqs, {256, 1024, 4096, 8192, 16384}))
         grid.push_back({opts.batch ? opts.batch : 8, opts.heads, s, d, dt, opts.causal});
   const int iters = opts.iters ? opts.iters : 100;
-  MarkdownTable t({"dtype", "d", "seq", "fwd ms (x" + std::to_string(iters) + " median)", "bwd ms",
+  MarkdownTable t({"dtype", "d", "seq", "fwd ms (x" + std::to_string(iters) + " median ± std)", "bwd ms",
                    "memory before backward"});
+  int noisy = 0;
+  std::set<std::string> noise_why;
   std::vector<Json> records;
   std::optional<Config> smallest_oom;
   SweepProgress bar(grid.size());
@@ -279,12 +335,14 @@ void run_sweep(const AttentionBenchOptions& opts, const c10::Device& device) {
     auto c = time_cell(cfg, "torch-naive", device, opts.warmup, iters, false);
     progress(bar, cfg, "torch-naive", c);
     for (auto& r : cell_records("sweep", cfg, "torch-naive", c)) records.push_back(r);
-    t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), cell_text(c, c.fwd),
-               cell_text(c, c.bwd), c.status == "ok" ? fmt_bytes(c.mem_before_bwd) : c.status});
+    t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), timed_text(c, c.fwd, c.fwd_ms),
+               timed_text(c, c.bwd, c.bwd_ms), c.status == "ok" ? fmt_bytes(c.mem_before_bwd) : c.status});
+    note_noise(c, &noisy, &noise_why);
     if (c.status == "OOM" && (!smallest_oom || cfg.seq * cfg.head_dim < smallest_oom->seq * smallest_oom->head_dim))
       smallest_oom = cfg;
   }
-  std::string md = header("Plain attention sweep (torch-naive)", device) + t.render();
+  std::string md = header("Plain attention sweep (torch-naive; " + timing_source(device) + ")", device) + t.render() +
+                   noise_note(noisy, noise_why, iters);
   if (smallest_oom) {
     auto acc = memory_accounting(*smallest_oom, c10::elementSize(parse_dtype(smallest_oom->dtype)));
     records.push_back(acc);
@@ -316,6 +374,8 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
   const int iters = opts.iters ? opts.iters : (leaderboard ? 50 : 20);
   MarkdownTable t({"dtype", "d", "seq", "impl", "fwd ms", "bwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s",
                    "fwd+bwd vs lmscale-flash"});
+  int noisy = 0;
+  std::set<std::string> noise_why;
   std::vector<Json> records;
   SweepProgress bar(grid.size() * impls.size());
   for (const auto& cfg : grid) {
@@ -335,16 +395,18 @@ void run_grid(const AttentionBenchOptions& opts, const c10::Device& device, bool
     for (const auto& impl : impls) {
       const auto& c = cells[impl];
       const double ratio = c.fwdbwd / ours.fwdbwd;  // >1: slower than lmscale-flash
-      t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), impl, cell_text(c, c.fwd),
-                 cell_text(c, c.bwd), cell_text(c, c.fwdbwd), cell_text(c, 3.5 * flops / (c.fwdbwd * 1e9), 1),
+      t.add_row({cfg.dtype, std::to_string(cfg.head_dim), std::to_string(cfg.seq), impl, timed_text(c, c.fwd, c.fwd_ms),
+                 timed_text(c, c.bwd, c.bwd_ms), timed_text(c, c.fwdbwd, c.fwdbwd_ms),
+                 cell_text(c, 3.5 * flops / (c.fwdbwd * 1e9), 1),
                  c.status == "ok" && ours.status == "ok" ? fmt(ratio, 2) + "x" : "-"});
+      note_noise(c, &noisy, &noise_why);
     }
   }
   const std::string order = impls.size() > 1 ? "; impls timed in order, then reversed, and averaged" : "";
-  const std::string title = std::string(leaderboard ? "FlashAttention leaderboard config (forward + o.sum() + backward"
-                                                    : "FlashAttention benchmark (causal; medians of CUDA-event timings") +
-                            order + ")";
-  finish(opts, records, header(title, device) + t.render());
+  const std::string title = std::string(leaderboard ? "FlashAttention leaderboard config (forward + o.sum() + backward; "
+                                                    : "FlashAttention benchmark (causal; ") +
+                            timing_source(device) + order + ")";
+  finish(opts, records, header(title, device) + t.render() + noise_note(noisy, noise_why, iters));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "bench/ddp_bench.h"
 #include "cli/registry.h"
+#include "cli/step_args.h"
 #include "core/error.h"
 #include "distributed/launch_fit.h"
 #include "distributed/launcher.h"
@@ -64,14 +65,15 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
                  "number of ranks (processes) on this machine (--nproc-per-node: torchrun's spelling)")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--nnodes", a->opts.nnodes, "machines in the run (each runs this command with its --node-rank)")
-      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--node-rank", a->opts.node_rank, "this machine's index, 0 .. --nnodes - 1")->capture_default_str();
+      ->check(lmscale::cli::whole_in(1, 1 << 16))->capture_default_str();
+  app.add_option("--node-rank", a->opts.node_rank, "this machine's index, 0 .. --nnodes - 1")
+      ->check(lmscale::cli::whole_in(0, (1 << 16) - 1))->capture_default_str();
   app.add_option("--master-addr", a->opts.master_addr, "rendezvous address (TCPStore on rank 0)")
       ->capture_default_str();
   app.add_option("--master-port", a->opts.master_port, "rendezvous port; 0 picks a free one")
-      ->capture_default_str();
+      ->check(lmscale::cli::whole_in(0, 65535))->capture_default_str();
   app.add_option("--timeout", a->opts.timeout_seconds, "stop every rank after this many seconds (0: never)")
-      ->capture_default_str();
+      ->check(lmscale::cli::at_least(0))->capture_default_str();
   app.add_option("--program", a->program, "executable to run instead of this lmscale binary");
   app.add_option("command", a->command, "the subcommand and its options, after --")->required();
   app.add_flag(lmscale::distributed::kOversubscribeFlag, a->oversubscribe,
@@ -83,6 +85,9 @@ LMSCALE_SUBCOMMAND("", "launch", "run a subcommand as N local ranks (torchrun-st
              "--no-python lmscale ...). Collectives time out after LMSCALE_DIST_TIMEOUT_S seconds (default 300).");
   app.callback([a] {
     using namespace lmscale::distributed;
+    // Every launch option, and the rendezvous address and port, checked before any rank starts (exit 2).
+    lmscale::check_as_usage([&] { check_launch_options(a->opts); });
+    check_rendezvous(a->opts);
     const Machine machine = this_machine();
     const LaunchRequest request{a->opts.nproc, params_of(a->command), runs_on_gpus(a->command, machine.gpus)};
     const FitVerdict fit = check_launch_fit(request, machine);

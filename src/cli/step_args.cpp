@@ -2,6 +2,7 @@
 #include "cli/step_args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -86,6 +87,9 @@ CLI::Validator at_least(double min) {
         try {
           size_t used = 0;
           const double x = std::stod(v, &used);
+          // inf passes `x >= min` and NaN fails it with a misleading "at least": both refused by name,
+          // since neither is a value a run can use or a record can carry.
+          if (used == v.size() && !std::isfinite(x)) return "'" + v + "' is not a finite number: use a number >= " + lowest.str();
           if (used == v.size() && x >= min) return "";
           if (used == v.size()) return "must be at least " + lowest.str() + ", got " + v;
         } catch (const std::exception&) {
@@ -105,11 +109,31 @@ CLI::Validator whole_at_least(int64_t min) {
           const long long x = std::stoll(v, &used);
           if (used == v.size() && x >= min) return "";
           if (used == v.size()) return "must be at least " + std::to_string(min) + ", got " + v;
+        } catch (const std::out_of_range&) {
+          return "'" + v + "' is out of range: use " + form;
         } catch (const std::exception&) {
         }
         return v.empty() ? "the value is empty: use " + form : "'" + v + "' is not " + form;
       },
       "", "whole_at_least");
+}
+
+CLI::Validator whole_in(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](const std::string& v) -> std::string {
+        const std::string form = "a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+        try {
+          size_t used = 0;
+          const long long x = std::stoll(v, &used);
+          if (used == v.size() && x >= min && x <= max) return "";
+          if (used == v.size()) return "must be " + form + ", got " + v;
+        } catch (const std::out_of_range&) {
+          return "must be " + form + ", got " + v;
+        } catch (const std::exception&) {
+        }
+        return v.empty() ? "the value is empty: use " + form : "'" + v + "' is not " + form;
+      },
+      "INT", "whole_in");
 }
 
 CLI::Validator device_spec() {

@@ -139,6 +139,9 @@ CLI::Validator one_of(const std::string& what, std::vector<std::string> choices)
 CLI::Validator at_least(double min);
 // A whole number >= min; anything else (empty, "abc", "1.5") is refused naming the allowed form.
 CLI::Validator whole_at_least(int64_t min);
+// A whole number in [min, max] ("--steps must be a whole number from 1 to 10000000, got ..."): for
+// flags whose huge values would only fail later (memory, a wrapped seed, a port that does not exist).
+CLI::Validator whole_in(int64_t min, int64_t max);
 // auto, cpu, cuda or cuda:N.
 CLI::Validator device_spec();
 

@@ -2,17 +2,24 @@
 // (train/train_run.h); `lmscale train corpus` makes the token files from text (train/corpus.h).
 // Options and one call each; the loop, records and comparison belong to the library.
 #include <filesystem>
+#include <limits>
 #include <iostream>
 
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "results/writer.h"
 #include "train/corpus.h"
 #include "train/train_reference.h"
 #include "train/train_run.h"
 
 namespace {
+
+// The largest --steps (and --eval-every, --lr-warmup): far beyond any run this tool is for, and small
+// enough that the per-step tables (the evaluation steps, the reference's batches) stay in memory.
+constexpr int64_t kMaxSteps = 10'000'000;
+constexpr int64_t kMaxEvalBatches = 100'000;
 
 struct TrainArgs {
   lmscale::cli::StepArgs step;
@@ -33,6 +40,11 @@ void run(TrainArgs a) {
   if (a.train_file.empty() || a.val_file.empty())
     throw CLI::ValidationError("--corpus", "no token files: pass --corpus DIR (made by `lmscale train corpus --out DIR`) "
                                            "or both --train-file and --val-file");
+  if (a.lr_warmup > a.steps)
+    throw CLI::ValidationError("--lr-warmup", std::to_string(a.lr_warmup) + " is more than --steps " +
+                                                  std::to_string(a.steps));
+  if (a.lr_min > a.lr)
+    throw CLI::ValidationError("--lr-min", "must not exceed --lr");
   const c10::Device device = resolve_device(st.device);
   const bool gpu = device.is_cuda();
   set_run_gpu(device_name(device));
@@ -41,11 +53,6 @@ void run(TrainArgs a) {
   if (st.context.empty()) st.context = {gpu ? 512 : 128};
   if (st.precision.empty()) st.precision = {gpu ? "bf16" : "fp32"};
   if (st.attention.empty()) st.attention = {gpu ? "flash" : "naive"};
-  if (a.lr_warmup > a.steps)
-    throw CLI::ValidationError("--lr-warmup", std::to_string(a.lr_warmup) + " is more than --steps " +
-                                                  std::to_string(a.steps));
-  if (a.lr_min > a.lr)
-    throw CLI::ValidationError("--lr-min", "must not exceed --lr");
 
   TrainOptions o;
   o.base.train_path = a.train_file;
@@ -71,19 +78,26 @@ void run(TrainArgs a) {
     s.seed = seed;
     return s;
   };
-  for (const auto& p : o.precisions) {  // every run's setup checked before the first one trains
+  // Every input checked before anything is written (usage errors, exit 2): each run's setup and the
+  // token files against its vocabulary, then the results folder (made by the check).
+  for (const auto& p : o.precisions) {
     TrainRun r = o.base;
     r.setup = o.setup_for(p);
     r.precision = p;
-    check_as_usage([&] { validate(r); });  // a refusal here is a usage error (exit 2)
+    check_as_usage([&] {
+      validate(r);
+      set_corpus_identity(r);
+    });
   }
+  check_output_folder(a.out);
   const TrainOutcome done = run_training(o);
   if (!done.comparison.empty()) std::cout << "\n" << done.comparison;
   std::cout << "\nwrote " << a.out << "/train.jsonl" << (done.comparison.empty() ? "" : " and train_compare.md")
             << " (" << done.runs << " runs" << (done.skipped ? ", " + std::to_string(done.skipped) + " complete already" : "")
-            << "); plot with: lmscale report --in " << a.out << "\n";
-  TORCH_CHECK(done.failures == 0, done.failures, " of ", done.runs, " training runs failed: their reasons are in ",
-              a.out, "/train.jsonl");
+            << "); tables and plots with: lmscale report --in " << a.out << " --out " << a.out << "\n";
+  TORCH_CHECK(done.failures == 0, done.failures, " of ", done.runs, " training runs failed",
+              done.diverged ? " (" + std::to_string(done.diverged) + " diverged: see the message above)" : std::string(),
+              ": their reasons are in ", a.out, "/train.jsonl");
 }
 
 }  // namespace
@@ -105,18 +119,19 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
   app.add_option("--corpus", a->corpus, "folder holding train.bin and val.bin (from `lmscale train corpus`)");
   app.add_option("--train-file", a->train_file, "training token file (uint16 ids; overrides --corpus)");
   app.add_option("--val-file", a->val_file, "validation token file (uint16 ids; overrides --corpus)");
-  app.add_option("--steps", a->steps, "optimizer updates")->check(at_least(1))->capture_default_str();
+  app.add_option("--steps", a->steps, "optimizer updates")->check(whole_in(1, kMaxSteps))->capture_default_str();
   app.add_option("--eval-every", a->eval_every, "validation loss every K steps (and at 0 and the end)")
-      ->check(at_least(1))->capture_default_str();
+      ->check(whole_in(1, kMaxSteps))->capture_default_str();
   app.add_option("--eval-batches", a->eval_batches, "validation batches of --batch windows each, the same every time")
-      ->check(at_least(1))->capture_default_str();
+      ->check(whole_in(1, kMaxEvalBatches))->capture_default_str();
   app.add_option("--lr", a->lr, "peak learning rate (AdamW)")->check(at_least(0))->capture_default_str();
   app.add_option("--lr-min", a->lr_min, "learning rate at the last step (default: --lr / 10)")->check(at_least(0));
   app.add_option("--lr-warmup", a->lr_warmup, "steps of linear warm-up before the cosine (default: --steps / 20)")
-      ->check(at_least(0));
+      ->check(whole_in(0, kMaxSteps));
   app.add_option("--clip", a->clip, "clip gradients to this global L2 norm (0: off)")->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--seed", a->seed, "seed of the initial weights and of the data order")->capture_default_str();
+  app.add_option("--seed", a->seed, "seed of the initial weights and of the data order")
+      ->check(whole_in(0, std::numeric_limits<int64_t>::max()))->capture_default_str();
   app.add_option("--out", a->out, "results folder (train.jsonl, train_compare.md)")->capture_default_str();
   app.add_flag("--resume", a->resume,
                "keep the evaluations already in <out>/train.jsonl for the same runs; complete runs are not run "

@@ -3,10 +3,13 @@
 // temporary files registered here are removed, and one line on stderr says what was kept and how to
 // go on (set_interrupt_note); the process then exits 128 + the signal. Records are appended one whole
 // cell per write() and pages renamed into place (results/writer.h), so stopping at any instruction
-// loses at most the cell in progress. Everything the handler touches is async-signal-safe.
+// loses at most the cell in progress. Everything the handler touches is async-signal-safe. A SIGBUS
+// inside a mapped file lmscale registered (MappedFileGuard: a token file truncated under a run) is
+// turned into a message naming the file, with the same clean-up, and exit status 1.
 #pragma once
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
 
 namespace lmscale {
@@ -32,6 +35,22 @@ class DeferInterrupts {
 // A subprocess the handler signals and waits for (run_process registers each child it starts).
 void register_child(pid_t pid);
 void unregister_child(pid_t pid);
+
+// A memory-mapped file whose shrinking under the process (another program truncating it) would end
+// it with a bare SIGBUS at the first read past the new end. While the guard lives, a SIGBUS at an
+// address inside [base, base + bytes) prints "lmscale: error: <message>" instead, removes the
+// temporary files and stops the children as a SIGTERM would, and exits 1. A SIGBUS anywhere else
+// keeps its default action. (install_interrupt_handlers installs the handler.)
+class MappedFileGuard {
+ public:
+  MappedFileGuard(const void* base, size_t bytes, const std::string& path, const std::string& message);
+  ~MappedFileGuard();
+  MappedFileGuard(const MappedFileGuard&) = delete;
+  MappedFileGuard& operator=(const MappedFileGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
 
 // A temporary file the handler removes; registered for the guard's life.
 class TempFileGuard {

@@ -2,6 +2,7 @@
 #include "core/python_module.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <deque>
@@ -63,11 +64,37 @@ std::string find_package_dir() {
   return "";
 }
 
+// The interpreter a CMake build folder was configured with (`./lmscale` passes the one that has
+// torch as Python3_EXECUTABLE), when it is still there and runnable.
+std::string python_of_build_tree(const fs::path& build_dir) {
+  std::ifstream cache(build_dir / "CMakeCache.txt");
+  const std::string key = "Python3_EXECUTABLE:";
+  for (std::string line; std::getline(cache, line);)
+    if (line.rfind(key, 0) == 0 && line.find('=') != std::string::npos) {
+      const std::string path = line.substr(line.find('=') + 1);
+      return !path.empty() && ::access(path.c_str(), X_OK) == 0 ? path : "";
+    }
+  return "";
+}
+
+std::string find_build_python() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& dir : {ec ? fs::path{} : exe.parent_path(), library_dir()})
+    if (!dir.empty())
+      if (std::string found = python_of_build_tree(dir); !found.empty()) return found;
+  return "";
+}
+
 }  // namespace
 
 std::string python_interpreter() {
   const char* p = std::getenv("LMSCALE_PYTHON");
-  return p && *p ? p : "python3";
+  if (p && *p) return p;
+  // Not python3 first: the build's interpreter is the one `./lmscale` checked for torch (and made
+  // with matplotlib), wherever the binary is run from; python3 may be another one entirely.
+  static const std::string built = find_build_python();
+  return built.empty() ? "python3" : built;
 }
 
 std::string python_package_dir() {

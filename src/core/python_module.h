@@ -14,7 +14,9 @@
 
 namespace lmscale {
 
-// $LMSCALE_PYTHON, else "python3" from PATH.
+// $LMSCALE_PYTHON, else the interpreter the binary's build folder was configured with (its
+// CMakeCache.txt's Python3_EXECUTABLE: the one `./lmscale` set up, with torch and matplotlib), else
+// "python3" from PATH.
 std::string python_interpreter();
 
 // The folder that holds the `lmscale` Python package (the folder to put on PYTHONPATH):

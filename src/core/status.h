@@ -13,6 +13,7 @@ enum class Status {
   capture_failed,  // CUDA-graph capture failed; the record's `reason` says why
   error,           // anything else went wrong in this cell (kernel error, crashed baseline, ...)
   skipped,         // not run on purpose (unsupported here, already measured, ...)
+  diverged,        // training stopped at a non-finite loss or gradient norm; the `reason` names the step
 };
 
 inline std::string to_string(Status s) {
@@ -22,6 +23,7 @@ inline std::string to_string(Status s) {
     case Status::capture_failed: return "capture-failed";
     case Status::error: return "error";
     case Status::skipped: return "skipped";
+    case Status::diverged: return "diverged";
   }
   return "error";
 }
@@ -33,11 +35,15 @@ inline Status status_from_string(const std::string& word) {
   if (word == "capture-failed") return Status::capture_failed;
   if (word == "error") return Status::error;
   if (word == "skipped" || word == "n/a") return Status::skipped;
+  if (word == "diverged") return Status::diverged;
   throw std::invalid_argument("unknown status '" + word +
-                              "' (expected ok, oom, capture-failed, error or skipped)");
+                              "' (expected ok, oom, capture-failed, error, skipped or diverged)");
 }
 
 // A failed cell that should make the run exit non-zero: running out of memory is a measurement.
-inline bool is_failure(Status s) { return s == Status::capture_failed || s == Status::error; }
+// A diverged training run is one too: its numbers after the divergence mean nothing.
+inline bool is_failure(Status s) {
+  return s == Status::capture_failed || s == Status::error || s == Status::diverged;
+}
 
 }  // namespace lmscale

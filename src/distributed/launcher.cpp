@@ -14,9 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <netdb.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include "core/error.h"
 #include "core/interrupt.h"
 
 extern char** environ;
@@ -106,19 +111,78 @@ int pick_free_port(const std::string& addr) {
 }
 
 void check_launch_options(const LaunchOptions& o) {
-  TORCH_CHECK(o.nproc >= 1, "launch: -n ", o.nproc, " is not a process count; pass 1 or more.");
-  TORCH_CHECK(o.nnodes >= 1, "launch: --nnodes ", o.nnodes, " is not a node count; pass 1 or more.");
-  TORCH_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank, " is not in [0, ",
-              o.nnodes, "); number the machines 0 .. --nnodes - 1.");
-  TORCH_CHECK(o.nnodes == 1 || o.master_port > 0, "launch: --nnodes ", o.nnodes, " needs an explicit --master-port "
-              "(the same on every node) and --master-addr set to node 0's address, e.g. lmscale launch --nnodes 2 "
-              "--node-rank 0 -n 8 --master-addr 10.0.0.1 --master-port 29500 -- bench ddp");
+  auto refuse = [](const std::string& why) { throw UsageError("launch: " + why); };
+  if (o.nproc < 1) refuse("-n " + std::to_string(o.nproc) + " is not a process count; pass 1 or more.");
+  if (o.nnodes < 1) refuse("--nnodes " + std::to_string(o.nnodes) + " is not a node count; pass 1 or more.");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    refuse("--node-rank " + std::to_string(o.node_rank) + " is not in [0, " + std::to_string(o.nnodes) +
+           "); number the machines 0 .. --nnodes - 1.");
+  if (o.master_port < 0 || o.master_port > 65535)
+    refuse("--master-port " + std::to_string(o.master_port) + " is not a TCP port; pass 1 .. 65535, or 0 to pick a "
+           "free one.");
+  if (o.master_addr.empty() || o.master_addr.find_first_not_of(" \t") == std::string::npos)
+    refuse("--master-addr '" + o.master_addr + "' is empty; pass node 0's address (127.0.0.1, the default, on one "
+           "machine).");
+  if (!std::isfinite(o.timeout_seconds) || o.timeout_seconds < 0)
+    refuse("--timeout " + std::to_string(o.timeout_seconds) + " is not a number of seconds; pass 0 (no limit) or "
+           "more.");
+  if (o.nnodes > 1 && o.master_port == 0)
+    refuse("--nnodes " + std::to_string(o.nnodes) + " needs an explicit --master-port (the same on every node) and "
+           "--master-addr set to node 0's address, e.g. lmscale launch --nnodes 2 --node-rank 0 -n 8 --master-addr "
+           "10.0.0.1 --master-port 29500 -- bench ddp");
+}
+
+void check_rendezvous(const LaunchOptions& o) {
+  const std::string& addr = o.master_addr;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(addr.c_str(), nullptr, &hints, &found); rc != 0)
+    throw UsageError("launch: --master-addr " + addr + " does not resolve (" + gai_strerror(rc) + "): pass node 0's "
+                     "address or a name this machine resolves" +
+                     (o.nnodes == 1 ? " (with one node, leave it at 127.0.0.1)" : "") + ".");
+  // Binding (never connecting) tells whether an address is this machine's, and whether a port is free.
+  auto try_bind = [&](int port, int* err) {
+    *err = EADDRNOTAVAIL;
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_storage sa{};
+      std::memcpy(&sa, a->ai_addr, a->ai_addrlen);
+      if (sa.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&sa)->sin_port = htons(static_cast<uint16_t>(port));
+      if (sa.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port = htons(static_cast<uint16_t>(port));
+      const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), a->ai_addrlen) == 0;
+      *err = ok ? 0 : errno;
+      close(fd);
+      if (ok) return true;
+      if (*err == EADDRINUSE) return false;
+    }
+    return false;
+  };
+  int err = 0;
+  const bool hosts_store = o.node_rank == 0;
+  if (o.nnodes == 1 && !try_bind(0, &err) && err != EADDRINUSE) {
+    freeaddrinfo(found);
+    throw UsageError("launch: --master-addr " + addr + " is not an address of this machine (" + std::strerror(err) +
+                     "): with one node every rank runs here and rank 0 serves the rendezvous store on that address; "
+                     "leave --master-addr at 127.0.0.1.");
+  }
+  if (hosts_store && o.master_port > 0 && !try_bind(o.master_port, &err) && err == EADDRINUSE) {
+    freeaddrinfo(found);
+    throw UsageError("launch: --master-port " + std::to_string(o.master_port) + " is taken on " + addr +
+                     " (another run or program listens there): pass another --master-port, or 0 to pick a free one.");
+  }
+  freeaddrinfo(found);
 }
 
 int launch_local(const std::vector<std::string>& argv, const LaunchOptions& given, std::ostream& out,
                  std::ostream& err) {
   TORCH_CHECK(!argv.empty(), "launch: no command given. Usage: lmscale launch -n 2 -- bench comm ...");
   check_launch_options(given);
+  check_rendezvous(given);
   LaunchOptions o = given;
   // torchrun's rule: ranks sharing a machine each get one OpenMP thread unless the user chose, so N
   // CPU ranks do not each start one thread per core.

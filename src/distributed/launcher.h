@@ -32,8 +32,15 @@ struct LaunchOptions {
 int launch_local(const std::vector<std::string>& argv, const LaunchOptions& options, std::ostream& out,
                  std::ostream& err);
 
-// Checks nproc/nnodes/node_rank/master_port, throwing with the fix.
+// Checks nproc/nnodes/node_rank/master_port/master_addr/timeout, throwing UsageError naming the
+// flag, the value, what is allowed and the fix.
 void check_launch_options(const LaunchOptions& options);
+
+// What the ranks would otherwise find out late (after a timeout, in a C++ stack trace), checked before
+// any starts: --master-addr resolves; with one node it is an address of this machine (rank 0 serves
+// the store there, and every rank is local); on node 0 an explicit --master-port is free there.
+// Throws UsageError naming the flag and the fix. Binds sockets only locally (sends nothing).
+void check_rendezvous(const LaunchOptions& options);
 
 // A TCP port that was free a moment ago on `addr` (bind to port 0, read it back, close).
 int pick_free_port(const std::string& addr = "127.0.0.1");

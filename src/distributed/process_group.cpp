@@ -11,8 +11,11 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cerrno>
 #include <cstdlib>
@@ -125,6 +128,41 @@ int store_listen_socket(const std::string& addr, int port, std::string& why) {
   return fd;
 }
 
+namespace {
+
+// The TCPStore, with its failures said in a few lines naming the address, the port, the flags and
+// the variable that sets the wait, instead of c10d's exception (a C++ stack trace).
+c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, const c10d::TCPStoreOptions& opts,
+                                           std::chrono::milliseconds timeout) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  // A name that does not resolve fails now, not after the timeout.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found); rc != 0)
+    throw UsageError("rank " + std::to_string(env.rank) + ": MASTER_ADDR " + env.master_addr + " does not resolve (" +
+                     gai_strerror(rc) + "): pass node 0's address (`lmscale launch --master-addr`, torchrun's "
+                     "--master-addr)");
+  freeaddrinfo(found);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->msg();
+    cause = cause.substr(0, cause.find('\n'));
+    const long seconds = static_cast<long>(timeout.count() / 1000);
+    TORCH_CHECK(false, "rank ", env.rank, " of ", env.world_size, ": ",
+                opts.isServer ? "could not serve" : "could not reach", " the rendezvous store at ", where, " within ",
+                seconds, " s (", cause, ").\n  Check --master-addr (node 0's address, reachable from this machine) "
+                "and --master-port (the same on every node), and that node 0's launcher (--node-rank 0) is running; "
+                "to wait longer, set LMSCALE_DIST_TIMEOUT_S (now ", seconds, " s).");
+  }
+  return {};
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(env.master_port);
@@ -132,9 +170,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
   if (env.use_agent_store) {
     // torchrun's agent serves the store on this address already: starting a second server there is
     // what printed "The server socket has failed to bind". Connect, under the agent's prefix.
+    // The agent is this process's parent: when it dies (killed, so it cannot stop its workers) the
+    // store dies with it and every later store write fails, so this rank gets SIGTERM and stops as a
+    // SIGTERM stops it (core/interrupt.h: the cell in progress is not recorded), never an orphan
+    // recording a slowed step as a clean measurement. An agent already gone: stop now.
+    const pid_t agent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != agent) raise(SIGTERM);
     opts.isServer = false;
     opts.waitWorkers = false;
-    auto client = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto client = open_store(env, opts, timeout);
     return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), client);
   }
   opts.isServer = env.rank == 0;
@@ -146,6 +191,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
     // who connects, is not reachable from other machines.
     std::string why;
     const int fd = store_listen_socket(env.master_addr, env.master_port, why);
+    if (fd < 0 && why.find(std::strerror(EADDRINUSE)) != std::string::npos)
+      throw UsageError("rank 0: the rendezvous port " + std::to_string(env.master_port) + " is taken on " +
+                       env.master_addr + " (another run or program listens there): pass another --master-port, or 0 "
+                       "to pick a free one (torchrun: --master-port)");
     if (fd >= 0)
       opts.masterListenFd = fd;
     else
@@ -153,7 +202,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, std::chrono::m
                 << "); restrict port " << env.master_port << " with a firewall, or set MASTER_ADDR to an address "
                 << "of this machine.\n";
   }
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  return open_store(env, opts, timeout);
 }
 
 NcclTuning nccl_tuning_from_env() {

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/device.h"
+#include "core/stats.h"
 #include "profile/profile_summary.h"
 #include "results/table.h"
 #include "results/writer.h"
@@ -36,6 +37,16 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
                    " profiled steps after " + std::to_string(a.warmup) + " warm-up steps; " +
                    (gpu ? "GPU kernel durations from Kineto/CUPTI." : "CPU op self times (no GPU in this run).") +
                    " Wall time includes a device sync and profiler overhead.\n\n";
+  // The noise guard of `lmscale bench` (core/stats.h), on each phase's wall time over the profiled
+  // steps: the profiler sums the ops over those steps, so their spread is the phase's.
+  std::string noisy;
+  for (size_t p = 0; p < r.phases.size() && p < r.wall.size(); ++p)
+    if (const std::string why = noise_problem(r.wall[p]); !why.empty())
+      noisy += (noisy.empty() ? "" : "; ") + r.phases[p].phase + ": " + why;
+  if (!noisy.empty())
+    md += "**⚠ Not to be trusted** (" + noisy + "): the tables are per-step means over " + std::to_string(a.steps) +
+          " profiled steps. Profile again on an idle machine with at least " + std::to_string(4 * kTrustedSteps) +
+          " steps, e.g. the run's command with `--steps " + std::to_string(4 * kTrustedSteps) + "`.\n\n";
   for (size_t p = 0; p < r.phases.size(); ++p) {
     const auto& ph = r.phases[p];
     // Launches per step: what a launch-bound step pays for on the CPU, whatever each kernel takes.
@@ -44,6 +55,8 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
     Record phase = base;
     phase.update(Json{{field::phase, ph.phase}, {"wall_ms", r.wall_ms[p]}, {"distinct_ops", ph.ops.size()},
                       {"calls_per_step", calls}});
+    if (p < r.wall.size())  // the wall time's spread over the profiled steps (what the guard reads)
+      phase.update(Json{{"wall_std_ms", r.wall[p].std}, {"wall_min_ms", r.wall[p].min}, {"wall_max_ms", r.wall[p].max}});
     records.push_back(phase.metric("phase_total_ms", ph.total_ms_per_step, "ms"));
     MarkdownTable t({"#", what, "calls/step", "ms/step", "share"});
     for (size_t i = 0; i < ph.ops.size() && i < static_cast<size_t>(a.top); ++i) {
@@ -55,8 +68,9 @@ std::string write_profile_report(const ProfileOptions& o, const ProfileReport& r
                          {"calls_per_step", s.calls_per_step}, {"share", s.share}});
       records.push_back(kernel.metric("kernel_ms", s.ms_per_step, "ms"));
     }
+    const std::string spread = p < r.wall.size() && r.wall[p].n > 1 ? " ± " + fmt(r.wall[p].std, 3) : "";
     md += "## " + ph.phase + ": " + fmt(ph.total_ms_per_step, 3) + " ms of " + what + " time per step (wall " +
-          fmt(r.wall_ms[p], 3) + " ms), " + fmt(calls, 0) + " " + what + "s, " + std::to_string(ph.ops.size()) +
+          fmt(r.wall_ms[p], 3) + spread + " ms), " + fmt(calls, 0) + " " + what + "s, " + std::to_string(ph.ops.size()) +
           " distinct, top " +
           std::to_string(std::min<size_t>(a.top, ph.ops.size())) + "\n\n" + t.render() + "\n";
     if (!ph.attention.empty()) {

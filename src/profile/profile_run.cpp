@@ -77,7 +77,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
   };
 
   std::vector<std::vector<TraceOp>> events(phases.size());
-  std::vector<double> wall_ms(phases.size(), 0.0);
+  std::vector<std::vector<double>> wall_ms(phases.size());
   for (int s = 0; s < o.steps; ++s) {
     for (size_t p = 0; p < phases.size(); ++p) {
       open_window();
@@ -89,7 +89,7 @@ ProfileReport run_profile(const ProfileOptions& o) {
         prof::disableProfiler();  // leave no profiler running behind an OOM or a bad setup
         throw;
       }
-      wall_ms[p] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      wall_ms[p].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       auto result = prof::disableProfiler();
       auto flat = flatten(*result);
       events[p].insert(events[p].end(), std::make_move_iterator(flat.begin()), std::make_move_iterator(flat.end()));
@@ -100,7 +100,8 @@ ProfileReport run_profile(const ProfileOptions& o) {
   ProfileReport report;
   for (size_t p = 0; p < phases.size(); ++p) {
     report.phases.push_back(summarize_phase(phases[p].first, events[p], o.steps, dev.is_cuda()));
-    report.wall_ms.push_back(wall_ms[p] / o.steps);
+    report.wall.push_back(summarize(wall_ms[p]));
+    report.wall_ms.push_back(report.wall.back().mean);
   }
   if (!o.trace_path.empty()) {
     open_window();

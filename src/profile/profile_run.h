@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/stats.h"
+
 #include "profile/profile_summary.h"
 #include "train/training_step.h"
 
@@ -22,7 +24,9 @@ struct ProfileOptions {
 
 struct ProfileReport {
   std::vector<PhaseProfile> phases;  // forward, backward, optimizer (those the mode runs)
-  std::vector<double> wall_ms;       // per phase, host time incl. sync and profiler overhead
+  std::vector<double> wall_ms;       // per phase, host time incl. sync and profiler overhead (mean)
+  std::vector<Summary> wall;         // per phase, the same over the profiled steps: the spread the
+                                     // noise guard (core/stats.h) judges the tables by
   std::string trace_path;            // where the trace was saved ("" if not asked)
 };
 

@@ -4,10 +4,12 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <random>
+#include <sstream>
 
 #include "core/fault_injection.h"
 #include "core/process.h"
@@ -87,6 +89,10 @@ Record::Record(const std::string& bench, const std::string& impl) {
                {field::load, load_average()}};
 }
 
+namespace {
+bool non_finite(const Json& v) { return v.is_number_float() && !std::isfinite(v.get<double>()); }
+}  // namespace
+
 Record& Record::set(const std::string& key, Json value) {
   json_[key] = std::move(value);
   return *this;
@@ -115,6 +121,15 @@ Status Record::status() const { return status_from_string(json_.at(field::status
 Json Record::metric(const std::string& name, Json value, const std::string& unit) const {
   Json j = json_;
   j[field::metric] = name;
+  if (non_finite(value)) {
+    std::ostringstream what;
+    what << name << " measured " << value.get<double>() << ", a number JSON cannot carry";
+    if (j.value(field::status, "ok") == "ok") {
+      j[field::status] = to_string(Status::error);
+      j[field::reason] = what.str();
+    }
+    value = nullptr;
+  }
   j[field::value] = std::move(value);
   j[field::unit] = unit;
   return j;

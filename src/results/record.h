@@ -112,6 +112,7 @@ inline constexpr char fp8_min_dim[] = "fp8_min_dim";  // Fp8Layers::min_dim of a
 inline constexpr char fp8_scaling[] = "fp8_scaling";  // Fp8Layers::scaling of an fp8 run: delayed or dynamic
 inline constexpr char train_tokens[] = "train_tokens";
 inline constexpr char val_tokens[] = "val_tokens";
+inline constexpr char corpus_hash[] = "corpus_hash";  // token_file.h's content hash of train then val
 inline constexpr char elapsed_s[] = "elapsed_s";
 inline constexpr char torch_attention[] = "torch_attention";
 }  // namespace field
@@ -125,7 +126,8 @@ class Record {
   // CPU it ran on now (cpu_threads, load: what explains a noisy number).
   Record(const std::string& bench, const std::string& impl);
 
-  // Sets one field (a name from lmscale::field, or a bench-specific extra).
+  // Sets one field (a name from lmscale::field, or a bench-specific extra). A field set from a flag is
+  // finite: the CLI refuses NaN and infinite values (which JSON writes as null) before anything runs.
   Record& set(const std::string& key, Json value);
   // Merges every field of a JSON object (a config shared by several records).
   Record& update(const Json& fields);
@@ -135,7 +137,8 @@ class Record {
   Record& set_status(const std::string& word, const std::string& reason = "");
   Status status() const;
 
-  // The record of one metric of this cell.
+  // The record of one metric of this cell. A NaN or infinite value is written as null with status
+  // error and a reason naming it (unless the cell already failed): never a silent null marked ok.
   Json metric(const std::string& name, Json value, const std::string& unit) const;
   // A timed metric: value is the mean, with std/median/min/max/n.
   Json metric(const std::string& name, const Summary& s, const std::string& unit) const;

@@ -195,9 +195,14 @@ std::string records_table(const std::string& title, const std::vector<Json>& rec
     }
     const std::string key = config.dump() + "#" + std::to_string(run_index);
     auto [pos, fresh] = row_of.emplace(key, rows.size());
-    if (fresh)
-      rows.push_back(Row{config, r.value(field::bench, "") + "/" + r.value(field::impl, "") + "/" + r.value(field::mode, ""),
-                         run_index, {}, {}, ""});
+    if (fresh) {
+      std::string group = r.value(field::bench, "") + "/" + r.value(field::impl, "") + "/" + r.value(field::mode, "");
+      // A training run's step-0 evaluation comes before any update: it has a validation loss and,
+      // by design, no training loss or gradient norm. It is its own group, so it is never
+      // "incomplete" for lacking them.
+      if (r.value(field::bench, "") == "train" && r.contains(field::step) && r[field::step] == 0) group += "/step0";
+      rows.push_back(Row{config, group, run_index, {}, {}, ""});
+    }
     Row& row = rows[pos->second];
     const std::string metric = r.value(field::metric, "?");
     const std::string status = r.value(field::status, "ok");

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -76,6 +77,71 @@ int write_whole(int fd, const std::string& data, size_t* written) {
   }
 }
 
+// Reads [from, to) of fd.
+std::string read_range(int fd, off_t from, off_t to) {
+  std::string s(static_cast<size_t>(to - from), '\0');
+  size_t got = 0;
+  while (got < s.size()) {
+    const ssize_t n = ::pread(fd, s.data() + got, s.size() - got, from + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  s.resize(got);
+  return s;
+}
+
+// Note [no gluing]: before appending to a file whose last byte is not a newline, the bytes after
+// its last newline (a record cut short) go to <path>.damaged and are cut off. Appending after them
+// would glue the first new record onto the fragment: both lost to every reader, and a --resume
+// measuring that cell again. Done under an flock of the file, so two writers that find the same
+// fragment move it once. Returns the fragment's size (0: the file ended in a newline).
+size_t move_fragment_aside(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) return 0;
+  char last = '\n';
+  if (::pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::flock(fd, LOCK_UN); }
+  } unlock{fd};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) return 0;  // again, under the lock
+  if (::pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
+  off_t start = st.st_size;  // the fragment starts after the last newline (or at 0)
+  constexpr off_t kChunk = 65536;
+  while (start > 0) {
+    const off_t from = start > kChunk ? start - kChunk : 0;
+    const std::string chunk = read_range(fd, from, start);
+    const size_t nl = chunk.rfind('\n');
+    if (nl != std::string::npos) {
+      start = from + static_cast<off_t>(nl) + 1;
+      break;
+    }
+    start = from;
+  }
+  const std::string fragment = read_range(fd, start, st.st_size);
+  const std::string aside = path + ".damaged";
+  const int afd = ::open(aside.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (afd < 0) fail_write(aside, errno, "the cut last line of " + path + " was not moved aside, so nothing was appended");
+  size_t written = 0;
+  const int err = write_whole(afd, fragment + "\n", &written);
+  if (err || ::fsync(afd) != 0) {
+    const int e = err ? err : errno;
+    ::close(afd);
+    if (e != EINVAL && e != EROFS)
+      fail_write(aside, e, "the cut last line of " + path + " was not moved aside, so nothing was appended");
+  } else {
+    ::close(afd);
+  }
+  if (::ftruncate(fd, start) != 0)
+    fail_write(path, errno, "its cut last line could not be cut off (it is copied to " + aside + "), so nothing was appended");
+  std::cerr << "lmscale: the last line of " << path << " was cut short (" << fragment.size()
+            << " bytes, no newline): moved to " << aside << " before appending (kept as it was)\n";
+  return fragment.size();
+}
+
 }  // namespace
 
 int result_write_failures() { return write_failures().load(); }
@@ -95,8 +161,14 @@ void append_jsonl(const std::string& path, const std::vector<Json>& records) {
   std::string text;
   for (const auto& r : records) text += r.dump() + "\n";
   make_parent(path);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail_write(path, errno, lost(0));
+  try {
+    move_fragment_aside(fd, path);  // Note [no gluing]
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   size_t written = 0;
   if (const int err = write_whole(fd, text, &written)) {
     if (written > 0) {

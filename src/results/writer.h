@@ -23,7 +23,10 @@ class ResultWriteError : public std::runtime_error {
 // measured cell) are built whole and written with one write() on an O_APPEND descriptor, so the file
 // only ever holds whole cells (a short write is cut back) and concurrent writers never interleave;
 // the file is fsynced before returning. Throws ResultWriteError naming the path and how many records
-// were not written.
+// were not written. A file whose last line lacks its newline (cut by a crash, a full disk under
+// another tool, a copy cut short) is never appended to as it is: the fragment is moved to
+// <path>.damaged (as `lmscale report` moves damaged lines) and cut off first, with one line on
+// stderr, so the new records never glue onto it.
 void append_jsonl(const std::string& path, const std::vector<Json>& records);
 
 // Checks a results folder before anything is measured: not empty, not a file, creatable and

@@ -13,9 +13,17 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/interrupt.h"
+
 namespace lmscale {
 
 static_assert(sizeof(uint16_t) == 2, "token files hold 2-byte ids");
+
+uint64_t hash_ids(const uint16_t* ids, int64_t n, uint64_t h) {
+  constexpr uint64_t kPrime = 1099511628211ull;
+  for (int64_t i = 0; i < n; ++i) h = (h ^ ids[i]) * kPrime;
+  return h;
+}
 
 TokenFile::TokenFile(const std::string& path, int64_t vocab) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -43,6 +51,14 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab) : path_(path) {
   TORCH_CHECK(m != MAP_FAILED, "token file ", path, ": cannot map it (", std::strerror(mmap_errno), ")");
   data_ = static_cast<const uint16_t*>(m);
   size_ = static_cast<int64_t>(bytes_ / 2);
+  // From here a read past a shrunken file's end is a SIGBUS the handler turns into a message.
+  guard_ = std::make_shared<MappedFileGuard>(data_, bytes_, path_,
+                                             "token file " + path_ + " changed while training: it is shorter than "
+                                             "when it was opened (truncated or rewritten in place by another "
+                                             "program), so the run cannot read it. Leave a run's token files alone "
+                                             "until it ends (`lmscale train corpus` replaces them through a renamed "
+                                             "temporary file, which a running train does not see), then run again: "
+                                             "--resume keeps the evaluations already recorded");
   // One pass over the ids: an id the model has no embedding row for would fail deep inside the
   // forward (or read out of bounds in a kernel), so it is refused here with its position.
   int64_t first_bad = -1;
@@ -51,8 +67,10 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab) : path_(path) {
     if (id > max_id_) max_id_ = id;
     if (vocab > 0 && id >= vocab && first_bad < 0) first_bad = i;
   }
+  hash_ = hash_ids(data_, size_);
   if (first_bad >= 0) {
     const uint16_t bad = data_[first_bad];
+    guard_.reset();
     ::munmap(const_cast<uint16_t*>(data_), bytes_);
     data_ = nullptr;
     TORCH_CHECK(false, "token file ", path, ": token ", first_bad, " is id ", bad, " but the model's vocabulary has ",
@@ -63,6 +81,7 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab) : path_(path) {
 }
 
 TokenFile::~TokenFile() {
+  guard_.reset();  // unregistered before the range can be mapped again for something else
   if (data_) ::munmap(const_cast<uint16_t*>(data_), bytes_);
 }
 

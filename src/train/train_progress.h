@@ -21,6 +21,8 @@ class TrainProgress {
   ~TrainProgress();
   void step(int64_t s);
   void eval(const Evaluation& e);
+  // Clears the bar (before a message of the run's end is printed).
+  void stop() { clear_bar(); }
   // An evaluation kept from the records (--resume): one line saying so.
   void kept(int64_t step, double val_loss);
   // "0:13" left at step s, from the pace so far ("?" before the first step).

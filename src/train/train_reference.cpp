@@ -8,6 +8,7 @@
 #include <iostream>
 #include <limits>
 
+#include "core/interrupt.h"
 #include "core/python_module.h"
 #include "model/config.h"
 #include "results/writer.h"
@@ -93,6 +94,8 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
   TORCH_CHECK(fd >= 0, "cannot create a temporary file for the reference run: set TMPDIR to a writable folder");
   ::close(fd);
   const std::string weights = path + ".weights";
+  // A SIGTERM/SIGINT removes them too (core/interrupt.h): the weights are the model's, in fp32.
+  const TempFileGuard run_guard(path), weights_guard(weights), index_guard(weights + ".json");
   struct Cleanup {  // the run and the weights go, whatever happens
     std::vector<std::string> files;
     ~Cleanup() {
@@ -105,8 +108,24 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
   Json input = torch_reference_input(run, recorded);
   input["init_weights"] = weights;
   write_text(path, input.dump() + "\n");
+  struct {
+    int64_t step = -1;
+    std::string what;
+    double value = 0;
+  } diverged;
   auto on_answer = [&](const std::string& line) {
     const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("diverged") && j["diverged"].is_object()) {  // Note [divergence]
+      const Json& d = j["diverged"];
+      diverged.step = d.value("step", int64_t{0});
+      diverged.what = d.value("what", std::string("loss"));
+      try {
+        diverged.value = std::stod(d.value("value", std::string("nan")));
+      } catch (const std::exception&) {
+        diverged.value = std::numeric_limits<double>::quiet_NaN();
+      }
+      return true;
+    }
     if (j.is_object() && j.contains("eval") && j["eval"].is_object()) {
       const Json& e = j["eval"];
       Evaluation ev;
@@ -126,6 +145,8 @@ void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorde
     return false;
   };
   const ModuleRun module = run_json_lines_module(kModule, {"--run", path}, "", "    [" + run.impl + "] ", on_answer);
+  if (diverged.step >= 0)
+    throw TrainingDiverged(diverged.step, divergence_message(run, diverged.step, diverged.what, diverged.value));
   if (module.proc.ok()) return;
   const ProcessResult& proc = module.proc;
   const std::string& last = module.tail;

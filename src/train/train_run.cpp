@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "model/config_fields.h"
 #include "results/reader.h"
@@ -63,6 +64,11 @@ Json train_run_fields(const TrainRun& r) {
               {field::eval_every, r.eval_every},
               {field::eval_batches, r.eval_batches},
               {field::corpus, corpus_name(r.train_path)}});
+  if (!r.corpus_hash.empty()) {
+    fields[field::train_tokens] = r.train_tokens;
+    fields[field::val_tokens] = r.val_tokens;
+    fields[field::corpus_hash] = r.corpus_hash;
+  }
   if (s.precision == c10::kFloat8_e4m3fn) {
     fields[field::fp8_min_dim] = s.fp8.min_dim;
     fields[field::fp8_scaling] = fp8_scaling_name(s.fp8.scaling);
@@ -74,8 +80,11 @@ std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const T
   const Json key = train_run_fields(run);
   std::set<int64_t> steps;
   for (const auto& rec : records) {
+    // Only a measured, finite validation loss counts as done (an older lmscale wrote a diverged
+    // run's NaN as null with status ok).
     if (rec.value(field::bench, "") != "train" || rec.value(field::metric, "") != "val_loss" ||
-        rec.value(field::status, "") != "ok" || !rec.contains(field::step))
+        rec.value(field::status, "") != "ok" || !rec.contains(field::step) || !rec.contains(field::value) ||
+        !rec[field::value].is_number() || !std::isfinite(rec[field::value].get<double>()))
       continue;
     bool same = true;
     for (const auto& [k, v] : key.items())
@@ -95,6 +104,7 @@ TrainOutcome run_training(const TrainOptions& o) {
 
   TrainOutcome outcome;
   std::vector<Json> keys;  // the runs of this invocation, for the comparison
+  std::map<int64_t, TrainRun> identity_of_vocab;  // the token files read once per vocabulary
   for (const auto& precision : o.precisions) {
     for (const auto& impl : o.impls) {
       TrainRun run = o.base;
@@ -102,6 +112,14 @@ TrainOutcome run_training(const TrainOptions& o) {
       run.precision = precision;
       run.setup = o.setup_for(precision);
       run.lr.total = run.steps;
+      const int64_t vocab = run.setup.model.vocab_size;
+      if (!identity_of_vocab.count(vocab)) {
+        identity_of_vocab[vocab] = run;
+        set_corpus_identity(identity_of_vocab[vocab]);
+      }
+      run.train_tokens = identity_of_vocab[vocab].train_tokens;
+      run.val_tokens = identity_of_vocab[vocab].val_tokens;
+      run.corpus_hash = identity_of_vocab[vocab].corpus_hash;
       ++outcome.runs;
       Json fields = train_run_fields(run);
       keys.push_back(fields);
@@ -146,6 +164,12 @@ TrainOutcome run_training(const TrainOptions& o) {
           train_torch_reference(run, recorded, cb);
       } catch (const ResultWriteError&) {
         throw;  // a results folder that cannot be written ends the invocation
+      } catch (const TrainingDiverged& d) {  // Note [divergence]: the run stops, the others go on
+        progress.stop();
+        std::cerr << label << ": " << d.what() << "\n";
+        append_jsonl(jsonl, {Record(cell).set(field::step, d.step()).set_status(Status::diverged, d.what()).failure()});
+        ++outcome.failures;
+        ++outcome.diverged;
       } catch (const std::exception& e) {
         const std::string what = e.what();
         const std::string reason = what.substr(0, what.find('\n'));

@@ -26,6 +26,7 @@ struct TrainOptions {
 
 struct TrainOutcome {
   int runs = 0, failures = 0, skipped = 0;  // skipped: complete in the records already (--resume)
+  int diverged = 0;                         // of the failures, runs stopped by Note [divergence]
   std::string comparison;                   // the markdown of train_compare.md ("" with one run)
 };
 

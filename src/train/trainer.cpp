@@ -4,8 +4,10 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "train/data_order.h"
 #include "train/grad_clip.h"
@@ -30,11 +32,41 @@ void validate(const TrainRun& r) {
   validate(r.setup);
 }
 
+void set_corpus_identity(TrainRun& run) {
+  const TokenFile train(run.train_path, run.setup.model.vocab_size);
+  const TokenFile val(run.val_path, run.setup.model.vocab_size);
+  run.train_tokens = train.size();
+  run.val_tokens = val.size();
+  // The validation ids continue the training file's hash: one number for the pair, order-sensitive.
+  const uint64_t h = hash_ids(val.data(), val.size(), train.content_hash());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  run.corpus_hash = hex;
+}
+
 std::vector<int64_t> evaluation_steps(const TrainRun& r) {
   std::vector<int64_t> s;
   for (int64_t k = 0; k < r.steps; k += r.eval_every) s.push_back(k);
   s.push_back(r.steps);
   return s;
+}
+
+std::string divergence_message(const TrainRun& run, int64_t step, const std::string& what, double value) {
+  std::ostringstream os;
+  os << "diverged at step " << step << ": the " << what << " is " << value << ". ";
+  if (run.precision == "fp16") {
+    os << "Likely cause: fp16's range (values past 65504 overflow): train in bf16 or fp32, or lower --lr";
+  } else if (step == 0) {
+    os << "Likely cause: the precision or the model's size, since nothing has been trained yet: try "
+          "--precision fp32";
+  } else {
+    os << "Likely cause: the learning rate, --lr " << run.lr.peak;
+    if (step > 0) os << " (" << lr_at(run.lr, step) << " at this step)";
+    os << ", too high for this model: lower --lr or lengthen --lr-warmup";
+    if (run.clip <= 0) os << ", and turn clipping on (--clip 1)";
+  }
+  os << ". The run stopped there; the evaluations before step " << step << " are kept";
+  return os.str();
 }
 
 void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb) {
@@ -71,6 +103,8 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
     Evaluation e;
     e.step = s;
     e.val_loss = sum.item<double>() / static_cast<double>(run.eval_batches);
+    if (!std::isfinite(e.val_loss))  // Note [divergence]
+      throw TrainingDiverged(s, divergence_message(run, s, "validation loss", e.val_loss));
     e.train_loss = losses ? loss_sum.item<double>() / static_cast<double>(losses) : nan;
     e.grad_norm = last_norm.defined() ? last_norm.item<double>() : nan;
     e.lr = s == 0 ? 0.0 : lr_at(run.lr, s);
@@ -86,9 +120,16 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
     step.forward(StepMode::TrainStep);
     step.backward();
     last_norm = clip_grad_norm(optimizer.params(), run.clip);
+    const at::Tensor loss = step.last_loss().detach().to(at::kFloat);
+    {  // Note [divergence]: checked before the update, so a non-finite gradient never reaches the weights
+      const at::Tensor seen = (last_norm.defined() ? at::stack({loss, last_norm.to(at::kFloat)}) : loss.reshape({1})).cpu();
+      const double l = seen[0].item<double>(), n = seen.numel() > 1 ? seen[1].item<double>() : 0.0;
+      if (!std::isfinite(l)) throw TrainingDiverged(s, divergence_message(run, s, "training loss", l));
+      if (!std::isfinite(n)) throw TrainingDiverged(s, divergence_message(run, s, "gradient norm", n));
+    }
     optimizer.set_lr(lr_at(run.lr, s));
     step.optimizer_step();
-    loss_sum += step.last_loss().detach().to(at::kFloat);  // summed on the device: no sync per step
+    loss_sum += loss;  // summed on the device
     ++losses;
     if (eval_at.count(s)) {
       if (!recorded.count(s)) evaluate(s);

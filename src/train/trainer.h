@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct TrainRun {
   StepSetup setup;               // model, batch B, context T, precision, device, seed (init), fast path
   std::string precision = "fp32";  // as spelled on the command line (the records' name for it)
   std::string train_path, val_path;  // token files (token_file.h)
+  // What the token files hold (set_corpus_identity): with the corpus's name, what tells corpora
+  // apart in the records, so a --resume never keeps another corpus's curve. Empty hash: not known.
+  int64_t train_tokens = 0, val_tokens = 0;
+  std::string corpus_hash;
   int64_t steps = 1000;          // optimizer updates
   int64_t eval_every = 100;      // validation every K steps (and at step 0 and the last step)
   int64_t eval_batches = 8;      // validation batches of B windows each (data_order.h)
@@ -30,6 +35,11 @@ struct TrainRun {
 
 // Throws naming the field (and the flag) when a run cannot start.
 void validate(const TrainRun& run);
+
+// Opens both token files (checking them against the model's vocabulary: a missing or bad file throws
+// naming it) and sets run.train_tokens, run.val_tokens and run.corpus_hash (16 hex digits of the
+// token_file.h hash of the training then the validation ids).
+void set_corpus_identity(TrainRun& run);
 
 // The steps at which a run evaluates: 0, K, 2K, ... and the last step.
 std::vector<int64_t> evaluation_steps(const TrainRun& run);
@@ -47,8 +57,27 @@ struct TrainCallbacks {
   std::function<void(int64_t step)> on_step;       // after each update (progress)
 };
 
+// Note [divergence]: a run stops at the first step whose training loss or gradient norm (before
+// clipping), or an evaluation whose validation loss, is NaN or infinite: every step after it would
+// train on garbage and every number recorded after it would mean nothing. The check costs one
+// 8-byte copy to the host per step (the host must know to stop); the run's records then end in one
+// record of status `diverged` naming the step, and the invocation exits 1.
+class TrainingDiverged : public std::runtime_error {
+ public:
+  TrainingDiverged(int64_t step, const std::string& message) : std::runtime_error(message), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_;
+};
+
+// The one-line message of a divergence at `step`: which value (`what`: "training loss", "gradient
+// norm", "validation loss") was `value`, and the likely cause with its fix (the learning rate and
+// its flags; fp16's range; clipping turned off).
+std::string divergence_message(const TrainRun& run, int64_t step, const std::string& what, double value);
+
 // Trains lmscale's model (run.impl "lmscale"). `recorded`: evaluation steps already in the records
-// (--resume): they are trained through, not evaluated again.
+// (--resume): they are trained through, not evaluated again. Throws TrainingDiverged (Note [divergence]).
 void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& callbacks);
 
 }  // namespace lmscale

@@ -118,3 +118,19 @@ def test_starts_from_lmscales_initial_weights(tmp_path):
     (tmp_path / "w.bin.json").write_text(json.dumps(index[1:]))  # one missing: named
     with pytest.raises(ValueError, match="left these parameters unset"):
         train.load_lmscale_weights(model, str(path))
+
+
+def test_a_non_finite_loss_ends_the_run_with_one_line(tmp_path):
+    """lmscale's Note [divergence]: the first non-finite training loss or gradient norm stops the run
+    (before its update) with one {"diverged": ...} line, the last the module prints."""
+    run = run_of(tmp_path, steps=20)
+    run["lr"] = [1e30] * 20
+    out = io.StringIO()
+    train.train(run, out)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    diverged = [line["diverged"] for line in lines if "diverged" in line]
+    assert len(diverged) == 1 and lines[-1] == {"diverged": diverged[0]}, lines
+    assert 1 <= diverged[0]["step"] < 20
+    assert diverged[0]["what"] in ("training loss", "gradient norm")
+    assert not math.isfinite(float(diverged[0]["value"]))
+    assert all(line["eval"]["step"] < diverged[0]["step"] for line in lines if "eval" in line)

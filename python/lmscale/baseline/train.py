@@ -16,7 +16,9 @@ evaluate at (those in ``recorded`` are trained through, not evaluated), and lmsc
 forward + loss under autocast, ``loss.backward()``, ``clip_grad_norm_``, the step's learning rate,
 ``torch.optim.AdamW(fused=True on CUDA)``. Printed on stdout, flushed: one line
 ``{"eval": {"step", "train_loss", "val_loss", "grad_norm", "lr", "elapsed_s"}}`` per evaluation, and
-``{"step": s}`` every few steps for the progress bar; lmscale turns them into records.
+``{"step": s}`` every few steps for the progress bar; lmscale turns them into records. A non-finite
+training loss, gradient norm or validation loss ends the run with one line
+``{"diverged": {"step", "what", "value"}}`` (lmscale's Note [divergence], src/train/trainer.h).
 
 Only torch is imported: this module runs without lmscale's C++ library.
 """
@@ -109,6 +111,13 @@ def train(run, out=sys.stdout):
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    def diverged(step, what, value):
+        """True (after saying so) when value is NaN or infinite: the run stops there."""
+        if math.isfinite(value):
+            return False
+        emit({"diverged": {"step": step, "what": what, "value": str(value)}})
+        return True
+
     def evaluate(step, lr):
         model.eval()
         total = torch.zeros((), device=dev)
@@ -117,13 +126,17 @@ def train(run, out=sys.stdout):
                 x, y = windows(val_data, val_starts[i * B:(i + 1) * B], T, dev)
                 total += loss_of(model(x), y).float()
         model.train()
-        emit({"eval": {"step": step, "val_loss": total.item() / run["eval_batches"],
+        val_loss = total.item() / run["eval_batches"]
+        if diverged(step, "validation loss", val_loss):
+            return False
+        emit({"eval": {"step": step, "val_loss": val_loss,
                        "train_loss": loss_sum.item() / losses if losses else None,
                        "grad_norm": norm.item() if norm is not None else None, "lr": lr,
                        "elapsed_s": time.perf_counter() - start}})
+        return True
 
-    if 0 in evals and 0 not in recorded:
-        evaluate(0, 0.0)
+    if 0 in evals and 0 not in recorded and not evaluate(0, 0.0):
+        return
     progress_every = max(1, len(run["lr"]) // 200)
     for step, (starts, lr) in enumerate(zip(run["train_starts"], run["lr"]), 1):
         x, y = windows(train_data, starts, T, dev)
@@ -131,6 +144,10 @@ def train(run, out=sys.stdout):
             loss = loss_of(model(x), y)
         loss.backward()  # outside autocast, as in lmscale
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run["clip"] if run["clip"] > 0 else math.inf)
+        # Checked before the update, as lmscale does: one copy to the host per step.
+        seen_loss, seen_norm = torch.stack([loss.detach().float(), norm.float()]).tolist()
+        if diverged(step, "training loss", seen_loss) or diverged(step, "gradient norm", seen_norm):
+            return
         for group in opt.param_groups:
             group["lr"] = lr
         opt.step()
@@ -138,8 +155,8 @@ def train(run, out=sys.stdout):
         loss_sum += loss.detach().float()
         losses += 1
         if step in evals:
-            if step not in recorded:
-                evaluate(step, lr)
+            if step not in recorded and not evaluate(step, lr):
+                return
             loss_sum.zero_()
             losses = 0
         if step % progress_every == 0:

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "core/error.h"
 #include "distributed/dist_test_util.h"
 
 TEST(DistLaunchWorker, DISABLED_RankOneDies) {
@@ -128,10 +129,10 @@ TEST(DistLaunch, TwoLaunchersOnLoopbackFormOneWorld) {
 TEST(DistLaunch, SeveralNodesNeedAnExplicitPort) {
   lmscale::distributed::LaunchOptions o;
   o.nnodes = 2;
-  EXPECT_THROW(lmscale::distributed::check_launch_options(o), c10::Error);
+  EXPECT_THROW(lmscale::distributed::check_launch_options(o), lmscale::UsageError);
   o.master_port = 29500;
   o.node_rank = 2;
-  EXPECT_THROW(lmscale::distributed::check_launch_options(o), c10::Error);
+  EXPECT_THROW(lmscale::distributed::check_launch_options(o), lmscale::UsageError);
   o.node_rank = 1;
   EXPECT_NO_THROW(lmscale::distributed::check_launch_options(o));
 }

@@ -2,6 +2,8 @@
 // records can be pasted back into a shell.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/process.h"
 #include "results/record.h"
 
@@ -36,6 +38,22 @@ TEST(Record, CarriesSchemaStatusProvenanceAndMetric) {
 TEST(RunCommand, IsQuotedSoItCanBePastedBack) {
   EXPECT_EQ(display_command({"lmscale", "report", "--out", "a b", "it's"}),
             "lmscale report --out 'a b' 'it'\\''s'");
+}
+
+// JSON has no NaN or infinity (nlohmann writes null): a measured one is never a silent null marked ok.
+TEST(Record, NeverHoldsANumberJsonCannotCarry) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Json m = Record("e2e", "lmscale").metric("step_ms", nan, "ms");
+  EXPECT_TRUE(m["value"].is_null());
+  EXPECT_EQ(m["status"], "error");
+  EXPECT_NE(m.value("reason", "").find("step_ms measured nan"), std::string::npos) << m.dump();
+  // A cell that failed already keeps its own status and reason.
+  const Json oom = Record("e2e", "lmscale").set_status(Status::oom, "out of memory").metric("step_ms", inf, "ms");
+  EXPECT_EQ(oom["status"], "oom");
+  EXPECT_EQ(oom["reason"], "out of memory");
+  EXPECT_EQ(to_string(Status::diverged), "diverged");
+  EXPECT_EQ(status_from_string("diverged"), Status::diverged);
+  EXPECT_TRUE(is_failure(Status::diverged));
 }
 
 }  // namespace

@@ -52,6 +52,33 @@ TEST(ResultsWriter, AppendsWholeLines) {
   for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << l;
 }
 
+// A file whose last line was cut (no newline): the fragment is moved to <file>.damaged and cut off
+// before the append, so the new records never glue onto it; a whole file is appended to as it is.
+TEST(ResultsWriter, NeverAppendsToALineWithoutItsNewline) {
+  const std::string path = temp_dir("writer-cut") + "/e2e.jsonl";
+  append_jsonl(path, some_records(2));
+  const std::string whole = read_text(path);
+  const std::string cut = whole + whole.substr(0, 40);  // a third record cut after 40 bytes
+  std::ofstream(path, std::ios::trunc) << cut;
+  append_jsonl(path, some_records(1));
+  const auto lines = lines_of(path);
+  ASSERT_EQ(lines.size(), 3u) << read_text(path);
+  for (const auto& l : lines) EXPECT_TRUE(is_record(l)) << l;
+  EXPECT_EQ(read_text(path).substr(0, whole.size()), whole);
+  EXPECT_EQ(read_text(path + ".damaged"), whole.substr(0, 40) + "\n");
+  // A fragment alone in the file (no newline at all) goes aside the same way.
+  const std::string lone = temp_dir("writer-cut-lone") + "/e2e.jsonl";
+  std::ofstream(lone) << "{\"bench\": \"e2e\", \"cut";
+  append_jsonl(lone, some_records(1));
+  ASSERT_EQ(lines_of(lone).size(), 1u);
+  EXPECT_TRUE(is_record(lines_of(lone)[0]));
+  EXPECT_EQ(read_text(lone + ".damaged"), "{\"bench\": \"e2e\", \"cut\n");
+  // Whole lines: nothing moved.
+  append_jsonl(path, some_records(1));
+  EXPECT_EQ(lines_of(path).size(), 4u);
+  EXPECT_EQ(read_text(path + ".damaged"), whole.substr(0, 40) + "\n");
+}
+
 TEST(ResultsWriter, DiskFullLeavesWholeCellsAndSaysWhatWasLost) {
   WriteHookGuard guard;
   const std::string path = temp_dir("full") + "/e2e.jsonl";

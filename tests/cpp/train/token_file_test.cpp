@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 
+#include "core/interrupt.h"
 #include "support/temp_dirs.h"
 #include "train/data_order.h"
 #include "train/token_file.h"
@@ -58,6 +62,29 @@ TEST(TokenFile, EdgeCasesFailWithTheirCause) {
   EXPECT_NE(beyond.find("--vocab 701"), std::string::npos) << beyond;
   EXPECT_EQ(open_error(dir + "/big.bin", 701), "");  // every id fits
   EXPECT_EQ(open_error(dir + "/big.bin", 0), "");    // vocab 0: no check
+}
+
+// A token file cut shorter by another program while it is mapped: the next read past its new end is
+// a SIGBUS, which ends the process with a message naming the file (exit 1), not a bare signal.
+TEST(TokenFileDeathTest, TruncatedWhileMappedIsNamed) {
+  const std::string dir = testing::temp_dir("tokens-cut");
+  const std::string path = dir + "/train.bin";
+  write_token_file(path, std::vector<uint16_t>(100000, 7));
+  EXPECT_EXIT(
+      {
+        install_interrupt_handlers();
+        TokenFile f(path, 512);
+        EXPECT_EQ(::truncate(path.c_str(), 4096), 0);
+        volatile uint16_t last = f[f.size() - 1];
+        (void)last;
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), "token file .*train.bin changed while training");
+  // The hash of the ids: the same ids give the same hash, another id another one.
+  write_token_file(dir + "/a.bin", {1, 2, 3});
+  write_token_file(dir + "/b.bin", {1, 2, 4});
+  EXPECT_EQ(TokenFile(dir + "/a.bin", 0).content_hash(), hash_ids(std::vector<uint16_t>{1, 2, 3}.data(), 3));
+  EXPECT_NE(TokenFile(dir + "/a.bin", 0).content_hash(), TokenFile(dir + "/b.bin", 0).content_hash());
 }
 
 TEST(DataOrder, TrainWindowsFitAndDependOnSeedAndStepOnly) {
