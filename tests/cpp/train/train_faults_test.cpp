@@ -193,7 +193,7 @@ TEST(TrainFaults, ReportCallsStepZeroCompleteAndShowsAllRuns) {
 
 // `report` run away from the checkout: the build's interpreter (./lmscale made it with matplotlib),
 // not whatever python3 is first on PATH; no default --out outside a checkout.
-TEST(ReportFaults, FindsTheBuildsPythonAndNeedsOutAwayFromACheckout) {
+TEST(TrainFaults, ReportFindsTheBuildsPythonAndNeedsOutAwayFromACheckout) {
   const std::string c = corpus("report-py"), out = testing::temp_dir("report-py-out");
   ASSERT_EQ(run_cli_argv(train_args(c, out)).exit_code, 0);
   const std::string away = testing::temp_dir("report-away");
