@@ -625,7 +625,8 @@ make_corpus() {  # make_corpus DIR SALT
   done
   "$BIN" train corpus --from "$1.src" --out "$1" --val-percent 20 >/dev/null 2>&1
 }
-TRAIN=(train --device cpu --context 32 --steps 8 --eval-every 4 --eval-batches 1)
+TRAIN=(train --device cpu --context 32 --eval-batches 1)  # and --steps/--eval-every per run (a flag twice is refused)
+S8=(--steps 8 --eval-every 4)
 # statuses FILE: the records of a .jsonl counted by metric/status, whether every line is whole, how
 # many null values are marked ok, and how many corpora (corpus_hash) they hold.
 statuses() {
@@ -651,7 +652,7 @@ EOF
 issue41() {
 make_corpus "$T/c41" 0 || true
 if row 41.1 "\`train --lr 1e30\` (divergence)"; then
-  run lmscale "${TRAIN[@]}" --corpus "$T/c41" --lr 1e30 --out "$T/r41_1"
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --lr 1e30 --out "$T/r41_1"
   rc1=$RC
   cp "$T/last.out" "$T/r41_1.out"
   run statuses "$T/r41_1/train.jsonl"
@@ -659,7 +660,7 @@ if row 41.1 "\`train --lr 1e30\` (divergence)"; then
   lmscale report --in "$T/r41_1" --out "$T/r41_1" --no-plots >/dev/null 2>&1
   run grep -c "diverged" "$T/r41_1/train.md"
   shown=$RC
-  run lmscale "${TRAIN[@]}" --corpus "$T/c41" --lr 1e30 --out "$T/r41_1" --resume
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --lr 1e30 --out "$T/r41_1" --resume
   check 41.1 "stopped at the first non-finite value, naming the step and the cause (--lr), exit status 1; the record says diverged, report shows it, --resume trains it again (not done)" \
     "exit status $rc1 / $RC (see above)" \
     eval '((rc1 == 1 && RC == 1 && shown == 0)) && has "$T/r41_1.out" "diverged at step" && has "$T/r41_1.out" "learning rate, --lr 1e+30" && lacks "$T/r41_1.out" "step 8/8" && has "$T/r41_1s.out" "status/diverged x1" && has "$T/r41_1s.out" "null values marked ok: 0" && lacks "$T/last.out" "not run"'
@@ -695,10 +696,10 @@ fi
 
 if row 41.3 "\`--resume\` after switching \`--corpus\`"; then
   make_corpus "$T/c41b" 1
-  lmscale "${TRAIN[@]}" --corpus "$T/c41" --out "$T/r41_3" >/dev/null 2>&1
+  lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --out "$T/r41_3" >/dev/null 2>&1
   echo "\`\$T/c41\` and \`\$T/c41b\` are two corpora of one name (\`files\`); \`\$T/r41_3\` holds a complete run on the first."
   echo
-  run lmscale "${TRAIN[@]}" --corpus "$T/c41b" --out "$T/r41_3" --resume
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41b" --out "$T/r41_3" --resume
   cp "$T/last.out" "$T/r41_3.out"
   run statuses "$T/r41_3/train.jsonl"
   check 41.3 "the second corpus is trained (the key holds the token counts and a content hash), both curves kept" "(see above)" \
@@ -719,10 +720,10 @@ fi
 
 if row 41.5 "\`train --out <file>\`, \`train --out ''\`"; then
   echo x >"$T/r41_5_file"
-  run lmscale "${TRAIN[@]}" --corpus "$T/c41" --out "$T/r41_5_file"
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --out "$T/r41_5_file"
   rc1=$RC
   cp "$T/last.out" "$T/r41_5a.out"
-  run lmscale "${TRAIN[@]}" --corpus "$T/c41" --out ''
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --out ''
   check 41.5 "both refused before the model is built, exit status 2, with the fix; nothing written in /" "exit status $rc1 / $RC" \
     eval '((rc1 == 2 && RC == 2)) && has "$T/r41_5a.out" "is a file, not a folder" && has "$T/last.out" "is empty" && lacks "$T/r41_5a.out" "step 0/" && lacks "$T/last.out" "step 0/" && [[ ! -e /train.jsonl ]]'
 fi
@@ -732,7 +733,7 @@ if row 41.6 "SIGTERM during \`train --impl torch-eager\`"; then
   sleeper "$T/python6" "$T/ref6.pid"
   echo "\`\$T/python6\` notes its pid and sleeps, standing in for the reference's interpreter."
   echo
-  LMSCALE_PYTHON=$T/python6 TMPDIR=$T/tmp6 run_bg term6 lmscale "${TRAIN[@]}" --corpus "$T/c41" --impl torch-eager --out "$T/r41_6"
+  LMSCALE_PYTHON=$T/python6 TMPDIR=$T/tmp6 run_bg term6 lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --impl torch-eager --out "$T/r41_6"
   for _ in $(seq 1 600); do [[ -s $T/ref6.pid ]] && break; sleep 0.1; done
   during=$(ls "$T/tmp6" | wc -l)
   kill -TERM "$BG"
@@ -835,7 +836,7 @@ if row 41.16 "torchrun's agent (the store) dies mid-run"; then
 fi
 
 if row 41.17 "\`report\` over a \`train\` run"; then
-  lmscale "${TRAIN[@]}" --corpus "$T/c41" --out "$T/r41_17" >/dev/null 2>&1
+  lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/c41" --out "$T/r41_17" >/dev/null 2>&1
   run lmscale report --in "$T/r41_17" --out "$T/r41_17" --no-plots
   run grep -c "incomplete" "$T/r41_17/train.md"
   check 41.17 "step 0 is complete with its validation loss: no cell called incomplete" "(see above)" \
@@ -850,7 +851,7 @@ if row 41.18 "\`report\` away from \`./lmscale\`; \`train\` on a missing corpus"
   run_env "LMSCALE_PYTHON=" lmscale report --in "$T/r41_17" --out "$T/r41_18"
   rc2=$RC
   cp "$T/last.out" "$T/r41_18b.out"
-  run lmscale "${TRAIN[@]}" --corpus "$T/no-corpus" --out "$T/r41_18c"
+  run lmscale "${TRAIN[@]}" "${S8[@]}" --corpus "$T/no-corpus" --out "$T/r41_18c"
   plotted=0
   [[ -f $T/r41_18/train.png ]] && plotted=1
   echo "Plots drawn with LMSCALE_PYTHON unset: $plotted."

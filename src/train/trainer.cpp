@@ -53,7 +53,9 @@ std::vector<int64_t> evaluation_steps(const TrainRun& r) {
 
 std::string divergence_message(const TrainRun& run, int64_t step, const std::string& what, double value) {
   std::ostringstream os;
-  os << "diverged at step " << step << ": the " << what << " is " << value << ". ";
+  // NaN's sign is noise ("-nan"): the value is said as NaN, inf or -inf.
+  os << "diverged at step " << step << ": the " << what << " is "
+     << (std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf") << ". ";
   if (run.precision == "fp16") {
     os << "Likely cause: fp16's range (values past 65504 overflow): train in bf16 or fp32, or lower --lr";
   } else if (step == 0) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -36,11 +37,15 @@ std::string corpus(const std::string& tag, int salt = 0) {
   return out;
 }
 
-// The arguments of a short CPU run on `corpus` into `out`, then `extra`.
+// The arguments of a short CPU run on `corpus` into `out` (8 steps, evaluated every 4, unless `extra`
+// says otherwise: a flag given twice is a usage error), then `extra`.
 std::vector<std::string> train_args(const std::string& corpus, const std::string& out,
                                     std::vector<std::string> extra = {}) {
-  std::vector<std::string> a{"train",         "--device", "cpu", "--corpus", corpus, "--context", "32", "--steps", "8",
-                             "--eval-every", "4",        "--eval-batches", "1", "--out", out};
+  std::vector<std::string> a{"train", "--device", "cpu", "--corpus", corpus, "--context", "32", "--eval-batches", "1",
+                             "--out", out};
+  auto given = [&](const char* flag) { return std::find(extra.begin(), extra.end(), flag) != extra.end(); };
+  if (!given("--steps")) a.insert(a.end(), {"--steps", "8"});
+  if (!given("--eval-every")) a.insert(a.end(), {"--eval-every", "4"});
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
