@@ -794,7 +794,7 @@ if row 41.15 "an unresolvable \`--master-addr\`; a store that never answers"; th
   took2=$((SECONDS - t0))
   check 41.15 "the name refused in $took1 s (exit status 2); the timeout said after $took2 s in $(wc -l <"$T/last.out") lines naming the address, the port, the flags and LMSCALE_DIST_TIMEOUT_S, no stack trace" \
     "exit status $rc1 / $RC after $took1 / $took2 s" \
-    eval '((rc1 == 2 && took1 < 10 && RC != 0 && took2 < 20)) && has "$T/r41_15a.out" "--master-addr no-such-host.invalid does not resolve" && has "$T/last.out" "127.0.0.1:$P15" && has "$T/last.out" "--master-addr" && has "$T/last.out" "LMSCALE_DIST_TIMEOUT_S" && lacks "$T/last.out" "frame #" && (($(wc -l <"$T/last.out") <= 8))'
+    eval '((rc1 == 2 && took1 < 60 && RC != 0 && took2 < 60)) && has "$T/r41_15a.out" "--master-addr no-such-host.invalid does not resolve" && has "$T/last.out" "127.0.0.1:$P15" && has "$T/last.out" "--master-addr" && has "$T/last.out" "LMSCALE_DIST_TIMEOUT_S" && lacks "$T/last.out" "frame #" && (($(wc -l <"$T/last.out") <= 8))'
 fi
 
 if row 41.16 "torchrun's agent (the store) dies mid-run"; then

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <c10/util/Logging.h>
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -145,6 +146,14 @@ c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, const c10d::TCPSt
                      gai_strerror(rc) + "): pass node 0's address (`lmscale launch --master-addr`, torchrun's "
                      "--master-addr)");
   freeaddrinfo(found);
+  // c10d logs every failed connect attempt with its exception's C++ stack trace (LOG(ERROR), 20
+  // lines a try): while the store connects, c10's log level is raised so that the one message below
+  // is what a user reads.
+  struct QuietC10dLog {
+    int saved = FLAGS_caffe2_log_level;
+    QuietC10dLog() { FLAGS_caffe2_log_level = 3; }  // FATAL only
+    ~QuietC10dLog() { FLAGS_caffe2_log_level = saved; }
+  } quiet;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
@@ -154,7 +163,7 @@ c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, const c10d::TCPSt
     const long seconds = static_cast<long>(timeout.count() / 1000);
     TORCH_CHECK(false, "rank ", env.rank, " of ", env.world_size, ": ",
                 opts.isServer ? "could not serve" : "could not reach", " the rendezvous store at ", where, " within ",
-                seconds, " s (", cause, ").\n  Check --master-addr (node 0's address, reachable from this machine) "
+                seconds, " s (", cause, "). Check --master-addr (node 0's address, reachable from this machine) "
                 "and --master-port (the same on every node), and that node 0's launcher (--node-rank 0) is running; "
                 "to wait longer, set LMSCALE_DIST_TIMEOUT_S (now ", seconds, " s).");
   }

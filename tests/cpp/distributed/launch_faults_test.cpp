@@ -46,7 +46,7 @@ TEST(LaunchFaults, EveryFlagIsRefusedUpFrontNamingIt) {
     EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ":\n" << r.output;
     EXPECT_NE(r.output.find(flag), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("[rank "), std::string::npos) << "a rank started:\n" << r.output;
-    EXPECT_LT(s, 10.0) << r.output;
+    EXPECT_LT(s, 60.0) << r.output;  // the CLI's start-up alone, on a loaded 2-core machine; no rendezvous
   }
 }
 
@@ -77,7 +77,7 @@ TEST(LaunchFaults, AnAddressThatDoesNotResolveOrIsNotThisMachinesFailsAtOnce) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find("--master-addr " + addr), std::string::npos) << r.output;
     EXPECT_LE(lines(r.output), 2) << r.output;
-    EXPECT_LT(s, 10.0) << r.output;
+    EXPECT_LT(s, 60.0) << r.output;  // at once: no rendezvous timeout (300 s by default) is waited out
   }
 }
 
@@ -90,7 +90,7 @@ TEST(LaunchFaults, AStoreThatNeverAnswersIsSaidInAFewLines) {
                               {{"LMSCALE_DIST_TIMEOUT_S", "3"}});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_LT(s, 20.0) << r.output;
+  EXPECT_LT(s, 60.0) << r.output;  // two tries of the 3 s timeout and the CLI's start-up
   for (const std::string& part : {"127.0.0.1:" + port, std::string("--master-addr"), std::string("--master-port"),
                                   std::string("LMSCALE_DIST_TIMEOUT_S")})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << " not in:\n" << r.output;
