@@ -35,6 +35,11 @@ LMSCALE_SUBCOMMAND("", "report", "merge result folders: tables rebuilt from the 
   app.callback([o, no_plots, &app] {
     o->plots = !*no_plots;
     if (o->out.empty() && app.count("--out") == 0) {
+      // A missing --in is the first thing to say (write_report's words), before any word on --out.
+      for (const auto& in : o->inputs)
+        if (!std::filesystem::is_directory(in))
+          throw lmscale::UsageError("--in " + in + " is not a folder: pass the --out folder of a benchmark run (e.g. "
+                                    "--in results)");
       o->out = default_out();
       if (o->out.empty())
         throw lmscale::UsageError("--out is needed here: this folder is not the top of an lmscale checkout, whose "

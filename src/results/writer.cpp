@@ -94,20 +94,13 @@ std::string read_range(int fd, off_t from, off_t to) {
 // Note [no gluing]: before appending to a file whose last byte is not a newline, the bytes after
 // its last newline (a record cut short) go to <path>.damaged and are cut off. Appending after them
 // would glue the first new record onto the fragment: both lost to every reader, and a --resume
-// measuring that cell again. Done under an flock of the file, so two writers that find the same
-// fragment move it once. Returns the fragment's size (0: the file ended in a newline).
+// measuring that cell again. Called under the append's flock of the file (append_jsonl), so a record
+// another lmscale is writing at that moment is never taken for a fragment. Returns the fragment's
+// size (0: the file ended in a newline).
 size_t move_fragment_aside(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_size == 0) return 0;
   char last = '\n';
-  if (::pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-  }
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::flock(fd, LOCK_UN); }
-  } unlock{fd};
-  if (::fstat(fd, &st) != 0 || st.st_size == 0) return 0;  // again, under the lock
   if (::pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
   off_t start = st.st_size;  // the fragment starts after the last newline (or at 0)
   constexpr off_t kChunk = 65536;
@@ -163,6 +156,10 @@ void append_jsonl(const std::string& path, const std::vector<Json>& records) {
   make_parent(path);
   const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail_write(path, errno, lost(0));
+  // Appends of lmscale writers take turns (closing the file releases the lock): the check below must
+  // not see another writer's record half copied in.
+  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
   try {
     move_fragment_aside(fd, path);  // Note [no gluing]
   } catch (...) {
