@@ -20,10 +20,13 @@
 #include <cstdio>
 #include <cmath>
 #include <iostream>
+#include <set>
 
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/stats.h"
+#include "core/step_times_note.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/data_parallel.h"
@@ -46,6 +49,7 @@ using distributed::Group;
 struct Timing {
   double step_ms = 0, fwd_bwd_ms = 0, exposed_ms = 0, optimizer_ms = 0, backward_ms = 0, peak_bytes = 0;
   int consistency_checks = 0;  // cross-rank parameter checks passed (--check-consistency)
+  Summary steps;               // the step time of each timed step (slowest rank), for the noise guard
 };
 
 // Mean of one value per rank (an all-reduce SUM on the group's device).
@@ -81,7 +85,7 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
                   int loss_every, std::vector<std::pair<int, double>>* losses) {
   const auto dev = ts.setup().device;
   StepClock clock(dev);
-  std::vector<double> sums(5, 0.0);
+  std::vector<double> sums(5, 0.0), step_series;
   int checks = 0;
   for (int i = 0; i < warmup + steps + (profile_last ? 1 : 0); ++i) {
     const bool profiling = profile_last && i == warmup + steps;
@@ -121,6 +125,7 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
       losses->emplace_back(i, mean_over_ranks(g, ts.last_loss().detach().to(at::kDouble).cpu().item<double>()));
     if (i < warmup || profiling) continue;
     sums[0] += clock.ms(0, 4);
+    step_series.push_back(clock.ms(0, 4));
     sums[1] += clock.ms(0, 2);
     sums[2] += clock.ms(2, 3);
     sums[3] += clock.ms(3, 4);
@@ -130,7 +135,7 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
   for (auto& s : sums) s /= steps;
   sums.push_back(double(memory_stats(dev).peak_allocated));
   auto m = distributed::max_over_ranks(g, sums);
-  return {m[0], m[1], m[2], m[3], m[4], m[5], checks};
+  return {m[0], m[1], m[2], m[3], m[4], m[5], checks, summarize(distributed::max_over_ranks(g, step_series))};
 }
 
 // Seconds per all-reduce of `bytes` on the group (mean of several, slowest rank).
@@ -228,7 +233,9 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   };
 
   std::vector<std::pair<int, double>> losses;
-  std::vector<std::pair<std::string, std::vector<std::pair<int, double>>>> curves;  // (design, (step, loss))
+  std::vector<std::pair<std::string, std::vector<std::pair<int, double>>>> curves;
+  int noisy = 0;  // cells the noise guard does not trust (core/stats.h), and why
+  std::set<std::string> noise_why;  // (design, (step, loss))
   for (size_t pi = 0; pi < o.precisions.size(); ++pi) {
     const std::string& prec = o.precisions[pi];
     StepSetup setup;
@@ -311,13 +318,20 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
         best_mb = c.bucket_mb;
       }
       line.close(fmt(t.step_ms) + " ms/step, exposed comm " + fmt(t.exposed_ms) + " ms");
-      table.add_row({prec, c.label(), n_b < 0 ? "-" : std::to_string(n_b), fmt(t.step_ms), fmt(t.fwd_bwd_ms),
+      const std::string noise = noise_problem(t.steps);
+      if (!noise.empty()) noise_why.insert(noise);
+      noisy += !noise.empty();
+      table.add_row({prec, c.label(), n_b < 0 ? "-" : std::to_string(n_b),
+                     fmt(t.step_ms) + (t.steps.n > 1 ? " ± " + fmt(t.steps.std) : "") + (noise.empty() ? "" : " ⚠"),
+                     fmt(t.fwd_bwd_ms),
                      fmt(t.exposed_ms), fmt(100 * t.exposed_ms / t.step_ms, 1) + "%",
                      percent(vs_single), c.impl == "single" ? "-" : percent(bwd_slowdown),
                      c.impl == "single" ? "-" : fmt_bytes(sent_bytes), t.peak_bytes > 0 ? fmt_bytes(t.peak_bytes) : "-",
                      fmt_bytes(double(state_bytes)),
                      (c.impl == "bucketed" && c.comm_dtype == "fp32" && !std::isnan(model_ms)) ? fmt(model_ms) : "-"});
-      record(impl, prec, &c, n_b, "step_ms", t.step_ms, "ms");
+      record(impl, prec, &c, n_b, "step_ms", t.step_ms, "ms",
+             Json{{field::std_dev, t.steps.std}, {field::median, t.steps.median}, {field::min, t.steps.min},
+                  {field::max, t.steps.max}, {field::n, t.steps.n}});
       record(impl, prec, &c, n_b, "fwd_bwd_ms", t.fwd_bwd_ms, "ms");
       record(impl, prec, &c, n_b, "exposed_comm_ms", t.exposed_ms, "ms");
       record(impl, prec, &c, n_b, "optimizer_ms", t.optimizer_ms, "ms");
@@ -370,9 +384,11 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
                                            " ranks, each on its own batch, every design from the same initial model.\n\n" +
                                            losses_table.render());
   }
+  // How the times were taken, and the noise guard's verdict on the step column.
+  const std::string note = step_times_note(noisy, noise_why, o.steps, g.device.is_cuda());
   write_text(o.out + "/ddp.md", "# bench ddp\n\n`" + run_info().command + "` (" + run_info().date + ", " +
-                                    run_info().gpu + ", commit " + run_info().commit + ")\n\n" + table.render());
-  return table.render();
+                                    run_info().gpu + ", commit " + run_info().commit + ")\n\n" + table.render() + note);
+  return table.render() + note;
 }
 
 }  // namespace lmscale

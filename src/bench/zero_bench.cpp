@@ -7,10 +7,13 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <set>
 
 #include "core/autocast.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/stats.h"
+#include "core/step_times_note.h"
 #include "core/sweep_progress.h"
 #include "core/timer.h"
 #include "distributed/ddp.h"
@@ -31,6 +34,7 @@ struct Measured {
   double params = 0, grads = 0, state = 0;
   double step_ms = 0;
   int consistency_checks = 0;  // cross-rank parameter checks passed
+  Summary steps;               // each timed step's time (slowest rank), for the noise guard
 };
 
 int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
@@ -90,6 +94,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   int checks = 0;
   StepClock clock(dev);
   double total_ms = 0;
+  std::vector<double> step_series;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     reset_peak_memory(dev);
     clock.clear();
@@ -132,6 +137,7 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
     }
     if (i < o.warmup) continue;
     total_ms += clock.ms(0, 1);
+    step_series.push_back(clock.ms(0, 1));
     m.before_step = before;
     m.after_step = double(after.allocated);
     m.peak = double(after.peak_allocated);
@@ -152,7 +158,8 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
     m.state = double(sharded->state_bytes());
   }
   auto mx = distributed::max_over_ranks(g, {m.init, m.before_step, m.after_step, m.peak, m.params, m.grads, m.state, m.step_ms});
-  Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7], checks};
+  Measured r{mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7], checks,
+             summarize(distributed::max_over_ranks(g, step_series))};
   dp.reset();
   ts.optimizer().zero_grad();
   return r;
@@ -181,6 +188,8 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   const bool lead = g.rank == 0;
   if (lead) set_run_gpu(g.device.is_cuda() ? device_name(g.device) : "cpu");
 
+  int noisy = 0;  // step times the noise guard (core/stats.h) does not trust, and why
+  std::set<std::string> noise_why;
   MarkdownTable table({"impl", "after init", "before step", "after step", "peak", "params", "grads", "optimizer state",
                        "step (ms)", "vs unsharded"});
   std::vector<Json> records;
@@ -206,8 +215,14 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
     if (impl == "unsharded") base_ms = m.step_ms;
     const double ratio = m.step_ms / base_ms;
     line.close(fmt(m.step_ms) + " ms, state " + fmt_bytes(m.state));
-    table.add_row({impl, fmt_bytes(m.init), fmt_bytes(m.before_step), fmt_bytes(m.after_step), fmt_bytes(m.peak),
-                   fmt_bytes(m.params), fmt_bytes(m.grads), fmt_bytes(m.state), fmt(m.step_ms),
+    // The allocator's statistics exist on CUDA only: on the CPU those columns say so instead of 0 B.
+    auto allocated = [&](double bytes) { return g.device.is_cuda() ? fmt_bytes(bytes) : std::string("n/a"); };
+    const std::string noise = noise_problem(m.steps);
+    if (!noise.empty()) noise_why.insert(noise);
+    noisy += !noise.empty();
+    table.add_row({impl, allocated(m.init), allocated(m.before_step), allocated(m.after_step), allocated(m.peak),
+                   fmt_bytes(m.params), fmt_bytes(m.grads), fmt_bytes(m.state),
+                   fmt(m.step_ms) + (m.steps.n > 1 ? " ± " + fmt(m.steps.std) : "") + (noise.empty() ? "" : " ⚠"),
                    std::isnan(ratio) ? "-" : fmt(ratio, 3) + "x"});
     for (auto [metric, value, unit] : std::vector<std::tuple<const char*, double, const char*>>{
              {"allocated_after_init", m.init, "bytes"},
@@ -217,15 +232,23 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
              {"param_bytes", m.params, "bytes"},
              {"grad_bytes", m.grads, "bytes"},
              {"optimizer_state_bytes", m.state, "bytes"},
-             {"step_ms", m.step_ms, "ms"}})
-      records.push_back(cell.metric(metric, value, unit));
+             {"step_ms", m.step_ms, "ms"}}) {
+      if (!g.device.is_cuda() && std::string(metric).rfind("allocated", 0) == 0) continue;  // no allocator statistics
+      if (!g.device.is_cuda() && std::string(metric) == "peak_allocated") continue;
+      Record r = cell;
+      if (std::string(metric) == "step_ms")
+        r.update(Json{{field::std_dev, m.steps.std}, {field::median, m.steps.median}, {field::min, m.steps.min},
+                      {field::max, m.steps.max}, {field::n, m.steps.n}});
+      records.push_back(r.metric(metric, value, unit));
+    }
   }
   if (!lead) return "";
   append_jsonl(o.out + "/zero.jsonl", records);
+  const std::string note = step_times_note(noisy, noise_why, o.steps, g.device.is_cuda());
   write_text(o.out + "/zero.md", "# bench zero\n\n`" + run_info().command + "` (" + run_info().date + ", " +
                                      run_info().gpu + ", commit " + run_info().commit + ")\n\nPer rank, largest rank " +
-                                     "shown; world " + std::to_string(g.world_size) + ".\n\n" + table.render());
-  return table.render();
+                                     "shown; world " + std::to_string(g.world_size) + ".\n\n" + table.render() + note);
+  return table.render() + note;
 }
 
 }  // namespace lmscale

@@ -46,6 +46,11 @@ TEST(DataParallelDesigns, BenchDdpRunsEveryDesignOnTheStepAndRanksAgree) {
   }
   const auto state = by_impl(out + "/ddp.jsonl", "optimizer_state_bytes");
   EXPECT_LT(state.at("lmscale-zero1"), 0.6 * state.at("lmscale-bucketed")) << r.output;
+  // The step column's spread and the noise guard (2 timed steps are too few to trust), with how it was timed.
+  EXPECT_NE(r.output.find("host clock on the CPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not to be trusted** (2 timed steps"), std::string::npos) << r.output;
+  for (const auto& j : read_jsonl(out + "/ddp.jsonl"))
+    if (j.value("metric", "") == "step_ms") EXPECT_EQ(j.value("n", -1), 2) << j.dump();
 }
 
 TEST(DataParallelDesigns, BenchZeroShardsStateAndZero2ShardsGradients) {
@@ -60,6 +65,10 @@ TEST(DataParallelDesigns, BenchZeroShardsStateAndZero2ShardsGradients) {
   EXPECT_LT(state.at("lmscale-zero1"), 0.6 * state.at("lmscale-unsharded"));
   EXPECT_LT(state.at("lmscale-zero2"), 0.6 * state.at("lmscale-unsharded"));
   EXPECT_LT(grads.at("lmscale-zero2"), grads.at("lmscale-zero1"));
+  // The CPU has no allocator statistics: the table says n/a, and no record claims 0 bytes allocated.
+  EXPECT_NE(r.output.find("| n/a"), std::string::npos) << r.output;
+  EXPECT_TRUE(by_impl(out + "/zero.jsonl", "peak_allocated").empty());
+  EXPECT_NE(r.output.find("host clock on the CPU"), std::string::npos) << r.output;
 }
 
 // (step, loss) of every loss record in <file>, in order.
