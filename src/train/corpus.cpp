@@ -83,15 +83,18 @@ void append_file(const fs::path& p, std::vector<uint16_t>& ids) {
 }
 
 // The --out folder, made now (before any source is read), or a UsageError saying why it cannot be.
-void make_out_folder(const std::string& out) {
+// True when this call made it (a usage error found later then takes it away again).
+bool make_out_folder(const std::string& out) {
   if (out.empty()) throw UsageError("--out: no output folder given; pass the folder for train.bin, val.bin and corpus.json");
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec))
     throw UsageError("--out " + out + " is a file, not a folder: pass a folder for train.bin, val.bin and corpus.json "
                      "(it is made if missing)");
+  const bool existed = fs::exists(out, ec);
   fs::create_directories(out, ec);
   if (ec)
     throw UsageError("--out " + out + ": cannot make that folder (" + ec.message() + "); pass a folder you can write to");
+  return !existed;
 }
 
 // Each source exists; a missing one is a usage error naming it.
@@ -169,6 +172,9 @@ std::string as_bytes(const std::vector<uint16_t>& ids) {  // the token file's by
   return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint16_t));
 }
 
+// The corpus from its checked options into its made folder (make_corpus's work after the checks).
+CorpusSummary fill_corpus(const CorpusOptions& o);
+
 }  // namespace
 
 CorpusSummary make_corpus(const CorpusOptions& o) {
@@ -176,7 +182,19 @@ CorpusSummary make_corpus(const CorpusOptions& o) {
     throw UsageError("--val-percent must be between 1 and 99, got " + std::to_string(o.val_percent));
   check_sources(o.sources);
   check_tokenizer(o);
-  make_out_folder(o.out);
+  const bool made = make_out_folder(o.out);
+  try {
+    return fill_corpus(o);
+  } catch (const UsageError&) {
+    std::error_code ec;
+    if (made) fs::remove(o.out, ec);  // only while empty: a usage error leaves no folder behind
+    throw;
+  }
+}
+
+namespace {
+
+CorpusSummary fill_corpus(const CorpusOptions& o) {
   const bool bytes = o.tokenizer == "bytes";
   CorpusSummary s;
   std::vector<std::string> sources = o.sources;
@@ -269,5 +287,7 @@ CorpusSummary make_corpus(const CorpusOptions& o) {
   }
   return s;
 }
+
+}  // namespace
 
 }  // namespace lmscale
