@@ -938,10 +938,12 @@ if row 41.19 "\`bench attention\` and \`profile\`: spread and the noise guard"; 
 fi
 
 if row 41.19b "\`bench ddp\` and \`bench zero\`: spread and the noise guard"; then
-  echo "Not judged here: the DDP and ZeRO benchmarks are being rewritten on another branch, which carries this"
-  echo "part of row 19 (their tables' spread and noise guard, and \`bench zero\`'s memory on the CPU)."
-  echo
-  VERDICT[41.19b]="– not run (bench ddp and bench zero: rewritten on another branch)"
+  DIST=(--backend gloo --size tiny --context 16 --batch 2 --precision fp32 --warmup 1 --steps 2)
+  run lmscale launch -n 2 -- bench ddp "${DIST[@]}" --impl single,zero1 --bucket-mb 1 --out "$T/r41_19b"
+  cp "$T/last.out" "$T/r41_19b_ddp.out"
+  run lmscale launch -n 2 -- bench zero "${DIST[@]}" --impl unsharded,zero2 --out "$T/r41_19b"
+  check 41.19b "step times carry their spread, 2-step cells are flagged with the --steps advice, the timing is named (host clock on the CPU), bench zero says n/a for the allocator on the CPU" \
+    "(see above)" eval 'has "$T/r41_19b_ddp.out" " ± " && has "$T/r41_19b_ddp.out" "not to be trusted** (2 timed steps" && has "$T/r41_19b_ddp.out" "--steps 20" && has "$T/r41_19b_ddp.out" "host clock on the CPU" && has "$T/last.out" "| n/a" && has "$T/last.out" "host clock on the CPU" && lacks "$T/last.out" "| 0 B"'
 fi
 }
 
