@@ -60,21 +60,6 @@ double mean_over_ranks(const Group& g, double v) {
   return t.cpu().item<double>() / g.world_size;
 }
 
-// What the forward reads of each parameter, named: its bf16 copy where the step keeps one (a sharded
-// design leaves the fp32 masters outside a rank's shard stale), else the parameter. Ranks must agree
-// on these after every step.
-std::vector<std::pair<std::string, at::Tensor>> forward_weights(TrainingStep& ts) {
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  const auto& copies = ts.bf16_copies();
-  size_t i = 0;
-  for (const auto& item : ts.model()->named_parameters()) {
-    if (i < copies.size() && copies[i].defined()) named.emplace_back(item.key() + " (bf16 copy)", copies[i]);
-    else named.emplace_back(item.key(), item.value());
-    ++i;
-  }
-  return named;
-}
-
 // The default training step (TrainingStep's forward and backward: fused kernels, fused loss) with a
 // data-parallel design around it. Mean over the timed steps on this rank, then the slowest rank's
 // value for each phase. Marks: start | forward | backward | synchronize (the wait: communication not
@@ -112,7 +97,7 @@ Timing time_steps(TrainingStep& ts, distributed::DataParallelStep& dp, const Gro
     dp.zero_grad();
     clock.synchronize();
     if (profiling && !trace_path.empty()) prof::disableProfiler()->save(trace_path);
-    auto named = forward_weights(ts);
+    auto named = distributed::forward_weights(ts);
     // The single design runs each rank alone: nothing keeps its weights equal to the others'.
     const bool check = check_every > 0 && (i + 1) % check_every == 0 && dp.name() != "single";
     if (check || i == 0) dp.wait_for_parameters();  // what is read below is current, not still arriving

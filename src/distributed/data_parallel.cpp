@@ -104,6 +104,18 @@ class ShardedStep : public DataParallelStep {
 
 }  // namespace
 
+std::vector<std::pair<std::string, at::Tensor>> forward_weights(TrainingStep& step) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  const auto& copies = step.bf16_copies();
+  size_t i = 0;
+  for (const auto& item : step.model()->named_parameters()) {
+    if (i < copies.size() && copies[i].defined()) named.emplace_back(item.key() + " (bf16 copy)", copies[i]);
+    else named.emplace_back(item.key(), item.value());
+    ++i;
+  }
+  return named;
+}
+
 const std::vector<std::string>& data_parallel_designs() {
   static const std::vector<std::string> names{"single", "naive", "flat", "overlap", "bucketed", "zero1", "zero2"};
   return names;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/ddp.h"
@@ -49,6 +50,10 @@ struct DataParallelOptions {
 const std::vector<std::string>& data_parallel_designs();
 // Throws naming the list when `design` is not in it.
 void check_data_parallel_design(const std::string& design);
+// What the forward reads of each parameter, named: its bf16 copy where the step keeps one (a sharded design
+// leaves the fp32 masters outside a rank's shard stale), else the parameter. Ranks must agree on these.
+std::vector<std::pair<std::string, at::Tensor>> forward_weights(TrainingStep& step);
+
 // Collective (every rank, same arguments): wraps `step` (which must outlive the result) on `group`.
 std::unique_ptr<DataParallelStep> make_data_parallel(const std::string& design, TrainingStep& step, const Group& group,
                                                      const DataParallelOptions& options = {});
