@@ -16,7 +16,7 @@
 //   flash_hopper_probe bwd_time B H S D causal [dtype] [iters]   backward and fwd+bwd, Hopper vs mma.sync
 //   flash_hopper_probe bwd_compare B H S D causal [iters] [rounds]  shipped vs bwd_variants(D), alternating order (bf16)
 //   flash_hopper_probe bwd_sustain B H S D causal [seconds] [variant]   fwd+bwd, bwd, fwd each run back to back (bf16),
-//                                               mean ms; variant: one of bwd_variants(D) or bwd_energy_variants(D)
+//                                               mean ms; variant: one of bwd_variants(D)
 //                                               instead of the shipped backward
 //
 // A development tool: tests/cpp/kernels/flash_kernel_test.cpp is the product's test.
@@ -427,11 +427,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0, int kCut = lk::hopper::kCutNone>
+template <int D, int kBlockM, int kKRegSteps = 0>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kCut>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps>>(pp, st);
             });
           }};
 }
@@ -455,33 +455,6 @@ std::vector<BwdVariant> bwd_variants(int d) {
     v.push_back(bwd_variant<128, 64, 4>("kregs4"));
   }
   return v;
-}
-
-// The shipped backward with one piece of work cut (BwdCut, flash_bwd_hopper.cuh), for bwd_sustain only: their
-// results are wrong by construction. Timed sustained and under ncu's fixed clocks, the time a cut saves is that
-// piece's share of a tile's time (docs/flash_history.md, "Where a backward tile's time goes").
-template <int D, int kCut>
-BwdVariant bwd_cut_variant(const char* name) {
-  return bwd_variant<D, lk::hopper::bwd_block_m(D), lk::hopper::bwd_k_reg_steps(D), kCut>(name);
-}
-std::vector<BwdVariant> bwd_energy_variants(int d) {
-  using namespace lk::hopper;
-  if (d == 64)
-    return {bwd_cut_variant<64, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<64, kCutQdoLoad>("cut-load"),
-            bwd_cut_variant<64, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"), bwd_cut_variant<64, kCutDqGemm>("cut-dqgemm"),
-            bwd_cut_variant<64, kCutSoftmax>("cut-softmax"), bwd_cut_variant<64, kCutDsStore>("cut-dsstore"),
-            bwd_cut_variant<64, kCutDqStage>("cut-dqstage"), bwd_cut_variant<64, kCutAllButGemms>("gemms-only"),
-            bwd_cut_variant<64, kCutDsBarrier>("cut-dsbar"), bwd_cut_variant<64, kCutDsBarrier | kCutDqStage>("cut-dsbar-dqstage")};
-  if (d == 128)
-    return {bwd_cut_variant<128, kCutDqAdd>("cut-dqadd"), bwd_cut_variant<128, kCutQdoLoad>("cut-load"),
-            bwd_cut_variant<128, kCutDqAdd | kCutQdoLoad>("cut-dqadd-load"),
-            bwd_cut_variant<128, kCutDqGemm>("cut-dqgemm"), bwd_cut_variant<128, kCutSoftmax>("cut-softmax"),
-            bwd_cut_variant<128, kCutDsStore>("cut-dsstore"), bwd_cut_variant<128, kCutDqStage>("cut-dqstage"),
-            bwd_cut_variant<128, kCutAllButGemms>("gemms-only"), bwd_cut_variant<128, kCutDsBarrier>("cut-dsbar"),
-            bwd_cut_variant<128, kCutDsBarrier | kCutDqStage>("cut-dsbar-dqstage"),
-            // With K's 5 k-steps in registers, ptxas serialises gemms-only's wgmmas (registers): K in shared memory.
-            bwd_variant<128, 64, 0, kCutAllButGemms>("gemms-only-ksmem")};
-  return {};
 }
 
 // Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one
@@ -745,14 +718,13 @@ int compare_bwd(const Case& c, int iters, int rounds) {
 // back to back for `seconds` after half a second of warm-up, the mean per call over that time. At long
 // sequences this is bound by the H100's power cap (docs/flash_history.md, "The product's d = 128 gap is
 // the power cap"), which bursts of ten calls (bwd_time) do not reach.
-// `variant`: a name of bwd_variants(D) or bwd_energy_variants(D) to time in place of the shipped backward (bf16),
+// `variant`: a name of bwd_variants(D) to time in place of the shipped backward (bf16),
 // or null.
 int sustain_bwd(const Case& c, double seconds, const char* variant = nullptr) {
   TimedBwd t = timed_bwd_setup(c);
   const lk::FlashParams& p = t.p;
   auto fwd = [&] { lk::hopper::run_fwd(p, nullptr); };
   std::vector<BwdVariant> vs = bwd_variants(c.d);
-  for (const BwdVariant& v : bwd_energy_variants(c.d)) vs.push_back(v);
   const BwdVariant* var = nullptr;
   for (const BwdVariant& v : vs)
     if (variant && std::strcmp(v.name, variant) == 0) var = &v;

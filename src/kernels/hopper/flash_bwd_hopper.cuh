@@ -31,25 +31,10 @@
 
 namespace lmscale::kernels::hopper {
 
-// Cuts for measuring where a tile's time goes (tools/flash_hopper_probe.cu, bwd_energy_variants; docs/flash_notes.md,
-// "Where a backward tile's time goes"): each removes one piece of work, so every result is wrong with a cut set. The
-// shipped kernels have none. kCutDqAdd: the writer adds nothing into dq_accum (no L2 reduce traffic); kCutQdoLoad: Q and dO
-// are loaded for the first kStages tiles only, later tiles reuse the slots' old bytes (no L2 -> shared memory
-// traffic for them); kCutDqGemm: no dQ wgmma and no staging stores (the writer still adds the stale staging);
-// kCutSoftmax: no exp2 and no dS arithmetic (P^T and dS^T are S^T and dP^T as computed); kCutDsStore: no dS stores
-// (dQ reads the buffer's old bytes); kCutDqStage: no staging stores (the dQ wgmma still runs). kCutAllButGemms
-// leaves the five GEMMs of a tile and the barriers: the floor of this structure. kCutDsBarrier: the groups do not
-// meet at the dS barrier (dQ may read the other group's dS before it is written): what phase-locking costs.
-enum BwdCut : int {
-  kCutNone = 0, kCutDqAdd = 1, kCutQdoLoad = 2, kCutDqGemm = 4, kCutSoftmax = 8, kCutDsStore = 16, kCutDqStage = 32,
-  kCutDsBarrier = 64,
-  kCutAllButGemms = kCutDqAdd | kCutQdoLoad | kCutSoftmax | kCutDsStore | kCutDqStage
-};
-
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers]. kCut_: BwdCut bits (measurement only).
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, int kCut_ = kCutNone>
+// BwdShipped below. kKRegSteps_: Note [K in registers].
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -71,7 +56,6 @@ struct BwdConfig {
   // S^T = K Q^T run as RS wgmmas, reading only Q from shared memory. 0: K from shared memory.
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
-  static constexpr int kCut = kCut_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -225,10 +209,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
         const int s = it % kStages;
         mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
-        if ((C::kCut & kCutQdoLoad) && it >= kStages) {
-          mbar_arrive(&q_full[s]);
-          continue;
-        }
         mbar_arrive_expect_tx(&q_full[s], 2 * C::kQBytes);
         for (int c = 0; c < kChunks; ++c) {
           tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, m * kBlockM, h, b);
@@ -307,7 +287,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           if (lane == 0) {
             const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
-            for (int c = 0; c < (C::kCut & kCutDqAdd ? 0 : chunks); ++c) {
+            for (int c = 0; c < chunks; ++c) {
               const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
               if (store)
                 tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
@@ -486,16 +466,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   float acc_dq[C::kDqN / 2];
   auto hand_over_dq = [&] {
     named_sync(kBarDqEmpty + wg, kDqBarThreads);
-    if constexpr (!(C::kCut & (kCutDqGemm | kCutDqStage))) {
-      stage_dq(acc_dq);
-    } else if constexpr (!(C::kCut & kCutDqGemm)) {
-      // kCutDqStage: the dQ wgmma must still run, and ptxas drops a wgmma whose results nobody reads, so the
-      // sum of this thread's dQ values goes to a store that never happens (seqlen_q is never negative).
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < C::kDqN / 2; ++i) sum += acc_dq[i];
-      if (p.seqlen_q < 0) *reinterpret_cast<float*>(smem + C::kOffDQ) = sum;
-    }
+    stage_dq(acc_dq);
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
@@ -543,8 +514,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         }
       }
     };
-    if (C::kCut & kCutSoftmax) {
-    } else if (masked)
+    if (masked)
       softmax(std::true_type{});
     else
       softmax(std::false_type{});
@@ -556,7 +526,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     for (int i = 0; i < kBlockM / 8; ++i) {
       const float2 dsum = *reinterpret_cast<const float2*>(dsum_s + 8 * i + col_in_tile);
 #pragma unroll
-      for (int r = 0; r < (C::kCut & kCutSoftmax ? 0 : 2); ++r) {
+      for (int r = 0; r < 2; ++r) {
         dp_acc[4 * i + 2 * r] = s_acc[4 * i + 2 * r] * (dp_acc[4 * i + 2 * r] - dsum.x);
         dp_acc[4 * i + 2 * r + 1] = s_acc[4 * i + 2 * r + 1] * (dp_acc[4 * i + 2 * r + 1] - dsum.y);
       }
@@ -568,10 +538,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     wgmma_fence();
     issue_acc_rs(acc_dv, p_frag, do_slot);
     wgmma_commit();
-    if constexpr (!(C::kCut & kCutDsStore)) store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
+    store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
     fence_proxy_async_smem();                 // the stmatrix stores before the wgmma (async proxy) reads them
-    if constexpr (!(C::kCut & kCutDsBarrier))
-      named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
+    named_sync(kBarDs, 128 * C::kConsumers);  // both groups' dS written (Note [dS buffers])
     if constexpr (C::kKInRegs) {
       // Note [K in registers]: dV (issued before the dS store) retired here, so P^T's registers are free before
       // dQ's accumulators are live; otherwise ptxas runs out of registers and serialises the wgmmas.
@@ -581,7 +550,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     }
 
     wgmma_fence();
-    if constexpr (!(C::kCut & kCutDqGemm)) issue_dq(acc_dq, buf);
+    issue_dq(acc_dq, buf);
     wgmma_commit();
     issue_acc_rs(acc_dk, ds_frag, q_slot);
     wgmma_commit();

@@ -3,7 +3,7 @@
 # tools/flash_hopper_probe (scripts/gpu/build_flash_probe.sh hopper; carry build-probe) checks every
 # backward variant against fp64, times them on issue 26's shapes and on the attention grid's causal
 # shapes (batch 1, 16 heads) beside SDPA flash / cuDNN, and lists the per-kernel durations of one
-# backward. Usage: tools/probes/hopper_bwd/bwd_iterate.sh OUT [quick|full|compare|ab|sustain|energy|checks]
+# backward. Usage: tools/probes/hopper_bwd/bwd_iterate.sh OUT [quick|full|compare|ab|sustain|checks]
 #   quick: variants check + issue 26's shapes; default adds the grid shapes and kernel durations;
 #   full adds SDPA, bwd_check (default and deterministic), rerun repeatability and compute-sanitizer;
 #   compare: variants check, then the shipped backward against every variant in alternating order
@@ -13,9 +13,8 @@
 #   the forward and backward checks of the new one, then bwd_time / time of both, alternating
 #   base, new, new, base per shape, and ncu of both at the leaderboard shape; then what full adds;
 #   sustain: the same alternation timed as the product's benchmark does (bwd_sustain), clocks logged;
-#   energy: sustain over the shipped backward and its cut variants (bwd_energy_variants: one piece of work
-#   removed each, results wrong by construction) at 16k x 128 and 16k x 64 causal, then what the GPU sustains
-#   with cuBLAS GEMMs and SDPA cuDNN / flash (tools/probes/sdpa/sustained_floor.py), clocks logged throughout;
+#   (the cut variants that attributed a tile's time, docs/flash_history.md, left the kernel at commit 6343002's
+#   successor: check out 6343002 to run them again);
 #   checks: the forward and backward correctness suites and compute-sanitizer, nothing timed.
 # Results go straight under OUT in five files (the device tool returns at most eight), so a time limit
 # keeps what finished.
@@ -32,13 +31,6 @@ sanitize() {
   done >"$OUT/sanitizer.txt" 2>&1
 }
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv; "$H" bwd_variants; } >"$OUT/checks.txt" 2>&1
-if [[ $MODE == energy ]]; then
-  MODE=sustain
-  BINS=${BINS:-"$H $H@cut-dqadd $H@cut-load $H@cut-dqadd-load $H@cut-dqgemm"}
-  SHAPES=${SHAPES:-"1 16 16384 128 1;1 16 16384 64 1"}
-  SUSTAIN_S=${SUSTAIN_S:-1.0}
-  FLOOR=1
-fi
 if [[ $MODE == checks ]]; then
   { "$H" check; "$H" bwd_check; "$H" bwd_check_deterministic; "$H" bwd_repeatable; } >>"$OUT/checks.txt" 2>&1
   sanitize

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Backward variants of the probe (bwd_variants(D) or the cut variants of bwd_energy_variants(D)) against the shipped
+# Backward variants of the probe (bwd_variants(D)) against the shipped
 # kernel in one call (carry build-probe/flash_hopper_probe): correctness of every variant (bwd_variants), the
 # sustained alternation (shipped, variants, then reversed; clocks logged), bursts (bwd_compare, COMPARE=0 skips them)
 # and ncu at fixed clocks (time, clock, tensor pipe, instructions, shared-memory banks, L2 reduction sectors).
