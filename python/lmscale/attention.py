@@ -236,8 +236,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
         is_causal: query i sees keys j <= i; with Nq != Nk aligned as SDPA does (top-left).
         scale: the scores' factor; default 1/sqrt(D), as SDPA. Passed to the kernels as their factor.
         enable_gqa: grouped-query attention as SDPA's: Hq a multiple of Hkv, each k/v head serving
-            Hq/Hkv consecutive query heads (the op reads each K/V head for its group: nothing is repeated
-            on CPU; the CUDA kernels get k and v repeated until they read groups themselves).
+            Hq/Hkv consecutive query heads (the op reads each K/V head for its group, on CPU and in the
+            CUDA kernels: nothing is repeated).
         attn_mask: None, or SDPA's causal biases: ``torch.nn.attention.bias.causal_upper_left(Nq, Nk)``
             (the same as is_causal=True) or ``causal_lower_right(Nq, Nk)`` (the diagonal through the last
             query and the last key, FlashAttention's causal; a query that sees no key, Nq > Nk, gets 0 where

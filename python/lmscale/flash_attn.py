@@ -16,9 +16,8 @@ The functions are thin: each calls one ``torch.ops.lmscale`` op (``lmscale.atten
 kernels and autograd), so they run under autograd and ``torch.compile`` like any op.
 
 Not supported, refused with an error naming the argument: ``dropout_p > 0``, ``softcap``, ``alibi_slopes``,
-a paged KV cache (``block_table``) and ``flash_attn_with_kvcache``. On CUDA today the kernels serve
-grouped K/V heads (by repeating them) and both causal alignments; a window bounded on the left and the
-varlen functions run on CPU only until the kernels take them (issue 40), and the error says so. See
+a paged KV cache (``block_table``) and ``flash_attn_with_kvcache``. On CUDA the kernels take grouped K/V
+heads by index (nothing repeated), both causal alignments, sliding windows and packed batches themselves. See
 docs/python.md, "flash-attn's API".
 """
 from __future__ import annotations

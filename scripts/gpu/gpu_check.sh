@@ -23,6 +23,8 @@
 #   attention      the attention leaderboard beside SDPA (ATTN_ARGS replaces its arguments)      [ATTN_S 60]
 #   attention-shapes  the attention goal shapes (16k x 128, 2048 x 80, 8k x 128, 4096 x 64 b4, xl) [SHAPES_S 120]
 #   attention-grid the causal grid: seq 1024-65536 x d 64/80/128 beside SDPA flash and cuDNN     [GRID_S 240]
+#   attention-layouts  GQA, packed documents, sliding window, the xl step's shape beside SDPA cuDNN,
+#                  flash and jagged nested tensors (python -m lmscale.attention_layouts_bench)      [LAYOUTS_S 240]
 #   fp8-tests      the FP8, optimizer-overlap and fused-path GPU tests                            [GPU_TESTS_S 150]
 #   fp8-bench      bf16 and fp8 at BENCH_SIZES (small,xl,2.7B), optimizer overlap off             [FP8_S 150]
 #   fp8-dynamic fp8-overlap   fp8 with dynamic scaling; bf16 and fp8 with the overlap on          [FP8_S 150]
@@ -117,6 +119,8 @@ for s in "${STAGES[@]}"; do
         shape --context 512 --head-dim 64 --heads 25 --batch 4 --out xl_attention" ;;
     attention-grid) stage attention-grid "${GRID_S:-240}" "$BIN" bench attention --context 1024,4096,16384,65536 \
                       --head-dim 64,80,128 --precision bf16 --heads 16 --impl $ATTN_IMPLS --warmup 3 --iters 10 --out grid ;;
+    attention-layouts) PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" stage attention-layouts "${LAYOUTS_S:-240}" \
+                         "${LMSCALE_PYTHON:-python3}" -m lmscale.attention_layouts_bench --out layouts/attention_layouts.jsonl ;;
     fp8-tests) stage fp8-tests "${GPU_TESTS_S:-150}" "$LMSCALE_BUILD_DIR/lmscale_tests" --gtest_filter="$FP8_TESTS" \
                  --gtest_output=json:fp8_tests.json ;;
     fp8-bench) stage fp8-bench "${FP8_S:-150}" "$BIN" bench --size "$SIZES" --precision bf16,fp8 "${COMMON[@]}" \

@@ -8,6 +8,7 @@
 
 #include "kernels/flash_common.cuh"
 #include "kernels/flash_params.h"
+#include "kernels/flash_sequence.cuh"
 
 namespace lmscale::kernels::flash {
 
@@ -30,11 +31,14 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const
   const int row = blockIdx.y * kPreRowsPerBlock + threadIdx.x / kPreRowThreads;
   const int part = threadIdx.x % kPreRowThreads;
   const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;  // Note [grid order], flash_fwd_kernel.cuh
+  const FlashSeq seq = flash_seq(p, b);
+  const int64_t stat_row = seq.stat_row0(h) + row;
   float sum = 0.f;
-  if (row < p.seqlen_q) {  // no early return: every lane of the row's group takes part in the shuffles
-    const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + row * p.o_row_stride;
-    const T* dout = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + row * p.do_row_stride;
-    float* acc = p.dq_accum + (static_cast<int64_t>(bh) * p.seqlen_q + row) * D;
+  if (row < seq.len_q) {  // no early return: every lane of the row's group takes part in the shuffles
+    const int64_t r = seq.q_row0 + row;
+    const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + r * p.o_row_stride;
+    const T* dout = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + r * p.do_row_stride;
+    float* acc = p.dq_accum + stat_row * D;
 #pragma unroll
     for (int c = part * 8; c < D; c += kPreRowThreads * 8) {
       const uint4 ov = *reinterpret_cast<const uint4*>(o + c);
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const
   }
 #pragma unroll
   for (int off = kPreRowThreads / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off, kPreRowThreads);
-  if (row < p.seqlen_q && part == 0) p.dsum[static_cast<int64_t>(bh) * p.seqlen_q + row] = sum;
+  if (row < seq.len_q && part == 0) p.dsum[stat_row] = sum;
 }
 
 // The preprocess launch, shared by the mma.sync and the Hopper backward (the caller checks the grid).
@@ -79,7 +83,10 @@ void launch_flash_bwd_preprocess(const FlashParams& p, cudaStream_t stream, bool
 // tiles of the head dim), adding into the fp32 accumulator with atomics (other key blocks add too).
 // kKT = 2 makes every Q / dO fragment read from shared memory feed twice the MMAs (docs/flash_notes.md,
 // v3); the tile choices per head dim live in flash_tiles.h.
-template <typename T, int D, int kBlockM, int kKT, int kWarps, bool IsCausal>
+// Note [grouped heads]. One block per (K/V head, key tile): with grouped-query attention it walks the query tiles
+// of every query head of its group in turn, so dK and dV of its keys sum over the group in registers (no
+// per-query-head copies, no reduction afterwards); dQ goes to each query head's own accumulator.
+template <typename T, int D, int kBlockM, int kKT, int kWarps, bool Masked>
 __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParams p) {
   constexpr int kWarpKeys = 16 * kKT;
   constexpr int kBlockN = kWarpKeys * kWarps;
@@ -99,31 +106,40 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 
   // Note [grid order] (flash_fwd_kernel.cuh): small n has the most causal query tiles and starts first.
   const int n_block = blockIdx.y;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int heads_k = flash_heads_k(p), group = flash_group(p);
+  const int bhk = blockIdx.x, b = bhk / heads_k, hk = bhk % heads_k;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * kBlockN;
+  const FlashSeq seq = flash_seq(p, b);
+  if (n0 >= seq.len_k) return;  // a packed batch's shorter sequence: the grid is sized by the longest
 
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
-  const T* gdO = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride;
-  const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
-  const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
-  float* gdQacc = p.dq_accum + static_cast<int64_t>(bh) * p.seqlen_q * D;
+  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + seq.k_row0 * p.k_row_stride;
+  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + seq.k_row0 * p.v_row_stride;
 
-  const int m_first = IsCausal ? n0 / kBlockM : 0;
-  const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  // The query tiles [m_first, m_first + m_count) hold every query that sees a key of this block (Note [mask
+  // tiles], flash_fwd_kernel.cuh), walked for each query head of the group (Note [grouped heads]): iteration it is
+  // tile m_first + it % m_count of query head hk * group + it / m_count.
+  const int m_first = Masked ? seq.query_begin(n0) / kBlockM : 0;
+  const int m_stop = Masked ? seq.query_end(min(n0 + kBlockN, seq.len_k)) : seq.len_q;
+  const int m_count = m_stop > m_first * kBlockM ? (m_stop - m_first * kBlockM + kBlockM - 1) / kBlockM : 0;
+  const int iters = m_count * group;
+  auto head_of = [&](int it) { return hk * group + it / m_count; };
+  auto tile_of = [&](int it) { return m_first + it % m_count; };
 
-  auto load_query_tile = [&](int m_tile, int buf) {
-    const int m0 = m_tile * kBlockM;
-    load_rows<kBlockM, D, kLd, kThreads>(sQ + buf * kBlockM * kLd, gQ, p.q_row_stride, m0, p.seqlen_q, tid);
-    load_rows<kBlockM, D, kLd, kThreads>(sdO + buf * kBlockM * kLd, gdO, p.do_row_stride, m0, p.seqlen_q, tid);
-    load_floats<kBlockM, kThreads>(sL + buf * kBlockM, gL, m0, p.seqlen_q, tid);
-    load_floats<kBlockM, kThreads>(sDsum + buf * kBlockM, gDsum, m0, p.seqlen_q, tid);
+  auto load_query_tile = [&](int it, int buf) {
+    const int h = head_of(it), m0 = tile_of(it) * kBlockM;
+    const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + seq.q_row0 * p.q_row_stride;
+    const T* gdO =
+        static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + seq.q_row0 * p.do_row_stride;
+    const int64_t stat0 = seq.stat_row0(h);
+    load_rows<kBlockM, D, kLd, kThreads>(sQ + buf * kBlockM * kLd, gQ, p.q_row_stride, m0, seq.len_q, tid);
+    load_rows<kBlockM, D, kLd, kThreads>(sdO + buf * kBlockM * kLd, gdO, p.do_row_stride, m0, seq.len_q, tid);
+    load_floats<kBlockM, kThreads>(sL + buf * kBlockM, p.lse + stat0, m0, seq.len_q, tid);
+    load_floats<kBlockM, kThreads>(sDsum + buf * kBlockM, p.dsum + stat0, m0, seq.len_q, tid);
   };
-  load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n0, p.seqlen_k, tid);
-  load_rows<kBlockN, D, kLd, kThreads>(sV, gV, p.v_row_stride, n0, p.seqlen_k, tid);
-  if (m_first < m_tiles) load_query_tile(m_first, 0);
+  load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n0, seq.len_k, tid);
+  load_rows<kBlockN, D, kLd, kThreads>(sV, gV, p.v_row_stride, n0, seq.len_k, tid);
+  if (iters > 0) load_query_tile(0, 0);
   cp_async_commit();
 
   float acc_dk[kKT][D / 8][4], acc_dv[kKT][D / 8][4];
@@ -147,11 +163,12 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 
   // One query tile; `buf` (which half of the double buffers) is a compile-time constant, so every
   // shared-memory address below is a register plus an immediate (the loop runs two steps per trip).
-  auto step = [&](const int mt_i, auto buf_c) {
+  auto step = [&](const int it, auto buf_c) {
     constexpr int buf = decltype(buf_c)::value;
-    const int m0 = mt_i * kBlockM;
-    if (mt_i + 1 < m_tiles) {
-      load_query_tile(mt_i + 1, buf ^ 1);
+    const int m0 = tile_of(it) * kBlockM;
+    float* gdQacc = p.dq_accum + seq.stat_row0(head_of(it)) * D;
+    if (it + 1 < iters) {
+      load_query_tile(it + 1, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -212,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
             if constexpr (kMasked) {
               const int key = key_a + kt * 16 + (e / 2) * 8;
               const int q = m0 + q_local + (e % 2);
-              if (q >= p.seqlen_q || key >= p.seqlen_k || (IsCausal && q < key)) pv = 0.f;
+              if (q >= seq.len_q || key >= seq.len_k || (Masked && !seq.sees(q, key))) pv = 0.f;
             }
             s[kt][mt][e] = pv;
             dp[kt][mt][e] = pv * (dp[kt][mt][e] - (e % 2 ? dv.y : dv.x));
@@ -220,7 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
       }
     };
     const bool need_mask =
-        (m0 + kBlockM > p.seqlen_q) || (n0 + kBlockN > p.seqlen_k) || (IsCausal && m0 < n0 + kBlockN - 1);
+        (m0 + kBlockM > seq.len_q) || (n0 + kBlockN > seq.len_k) || (Masked && !seq.tile_free(m0, m0 + kBlockM, n0, n0 + kBlockN));
     if (need_mask)
       softmax_grad(std::true_type{});
     else
@@ -281,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int q = m0 + dq_m * 16 + lane / 4 + r * 8;
-        if (q < p.seqlen_q) {
+        if (q < seq.len_q) {
           float* dst = gdQacc + static_cast<int64_t>(q) * D + nt * 8 + (lane % 4) * 2;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc_dq[i][2 * r], acc_dq[i][2 * r + 1]));
@@ -293,19 +310,20 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
       }
     }
   };
-  for (int mt_i = m_first; mt_i < m_tiles; mt_i += 2) {
-    step(mt_i, std::integral_constant<int, 0>{});
-    if (mt_i + 1 < m_tiles) step(mt_i + 1, std::integral_constant<int, 1>{});
+  for (int it = 0; it < iters; it += 2) {
+    step(it, std::integral_constant<int, 0>{});
+    if (it + 1 < iters) step(it + 1, std::integral_constant<int, 1>{});
   }
+  cp_async_wait<0>();  // K and V were loaded even when no query sees this block (its dK, dV are then 0)
 
-  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + h * p.dk_head_stride;
-  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + h * p.dv_head_stride;
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + seq.k_row0 * p.dk_row_stride;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + seq.k_row0 * p.dv_row_stride;
 #pragma unroll
   for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int key = key_a + kt * 16 + r * 8;
-      if (key >= p.seqlen_k) continue;
+      if (key >= seq.len_k) continue;
       T* dk_row = gdK + key * p.dk_row_stride + (lane % 4) * 2;
       T* dv_row = gdV + key * p.dv_row_stride + (lane % 4) * 2;
 #pragma unroll
@@ -319,21 +337,25 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 
 // ----------------------------------------------------------------------------- dQ convert
 
-// dq = dq_accum * scale in the input dtype; one thread per 8 elements (16-byte stores).
+// dq = dq_accum * scale in the input dtype; one thread per 8 elements (16-byte stores), over every row of dq_accum
+// (all (batch, head) planes dense; every head's total_q rows packed). A row whose L is +inf saw no key: its dQ is 0
+// whatever dq_accum holds there (no key block may have touched its tile: Note [dQ first store] stores only where one
+// does; packed rows in no sequence).
 // kPairsSplit: each 8-column group of dq_accum holds columns 0 2 4 6 1 3 5 7 (the Hopper backward's stmatrix staging,
 // Note [dQ pairs split] in hopper/flash_bwd_hopper.cuh).
 template <typename T, int D, bool kPairsSplit = false>
 __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   constexpr int kChunksPerRow = D / 8;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
-  if (chunk >= rows * kChunksPerRow) return;
-  const int64_t flat_row = chunk / kChunksPerRow;  // (bh, row) flattened
+  const int64_t plane_rows = flash_stat_rows(p);
+  if (chunk >= flash_stat_planes(p) * plane_rows * kChunksPerRow) return;
+  const int64_t flat_row = chunk / kChunksPerRow;  // (plane, row) flattened: the row of lse and dq_accum
   const int c = static_cast<int>(chunk % kChunksPerRow) * 8;
-  const int row = static_cast<int>(flat_row % p.seqlen_q);
-  const int bh = static_cast<int>(flat_row / p.seqlen_q), b = bh / p.heads, h = bh % p.heads;
+  const int64_t row = flat_row % plane_rows;
+  const int plane = static_cast<int>(flat_row / plane_rows), b = plane / p.heads, h = plane % p.heads;
   const float* src = p.dq_accum + flat_row * D + c;
   float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  if (p.lse[flat_row] == INFINITY) x0 = x1 = make_float4(0.f, 0.f, 0.f, 0.f);
   if constexpr (kPairsSplit) {  // back to columns 0 1 2 3 | 4 5 6 7
     const float4 evens = x0, odds = x1;
     x0 = make_float4(evens.x, odds.x, evens.y, odds.y);
@@ -346,6 +368,14 @@ __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   out.w = Elem<T>::pack(x1.z * p.scale, x1.w * p.scale);
   T* dst = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + c;
   *reinterpret_cast<uint4*>(dst) = out;
+}
+
+template <typename T, int D, bool kPairsSplit = false>
+void launch_flash_bwd_convert_dq(const FlashParams& p, cudaStream_t stream) {
+  const int64_t chunks = flash_stat_planes(p) * flash_stat_rows(p) * (D / 8);
+  constexpr int kConvThreads = 256;
+  flash_bwd_convert_dq_kernel<T, D, kPairsSplit>
+      <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
 }
 
 }  // namespace lmscale::kernels::flash

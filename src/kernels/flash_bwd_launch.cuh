@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_bwd_kernel.cuh"
+#include "kernels/flash_sequence.cuh"
 #include "kernels/flash_tiles.h"
 
 namespace lmscale::kernels {
@@ -19,41 +20,38 @@ void run_flash_bwd_(const FlashParams& p, cudaStream_t stream);
 namespace flash {
 
 // One tile configuration (flash_tiles.h picks the shipped one; tools/flash_probe.cu times others).
-template <typename T, int D, int kBlockM, int kKT, int kWarps, bool IsCausal>
+template <typename T, int D, int kBlockM, int kKT, int kWarps, bool Masked>
 void launch_flash_bwd_tiles(const FlashParams& p, cudaStream_t stream) {
   constexpr int kBlockN = flash_tiles::kRowsPerWarp * kKT * kWarps;
   constexpr int kSmem = flash_tiles::bwd_smem_bytes(D, kBlockM, kBlockN);
   static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
-  const int batch_heads = p.batch * p.heads;
+  const int kv_heads = p.batch * flash_heads_k(p);  // one block per K/V head: Note [grouped heads]
   const int n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
   const int pre_blocks = flash_bwd_preprocess_blocks(p);
   check_grid_y(n_blocks > pre_blocks ? n_blocks : pre_blocks, "flash_bwd");
 
-  launch_flash_bwd_preprocess<T, D>(p, stream);
+  launch_flash_bwd_preprocess<T, D>(p, stream, /*zero_dq_accum=*/!p.cu_seqlens_q);  // packed: the caller zeroed it
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
 
-  auto kernel = flash_bwd_kernel<T, D, kBlockM, kKT, kWarps, IsCausal>;
+  auto kernel = flash_bwd_kernel<T, D, kBlockM, kKT, kWarps, Masked>;
   if (kSmem > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  kernel<<<dim3(batch_heads, n_blocks), kWarps * 32, kSmem, stream>>>(p);  // Note [grid order]
+  kernel<<<dim3(kv_heads, n_blocks), kWarps * 32, kSmem, stream>>>(p);  // Note [grid order]
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_kernel");
 
-  const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
-  constexpr int kConvThreads = 256;
-  flash_bwd_convert_dq_kernel<T, D>
-      <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
+  launch_flash_bwd_convert_dq<T, D>(p, stream);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
 }
 
-template <typename T, int D, bool IsCausal>
+template <typename T, int D, bool Masked>
 void launch_flash_bwd(const FlashParams& p, cudaStream_t stream) {
   launch_flash_bwd_tiles<T, D, flash_tiles::bwd_block_m(D), flash_tiles::bwd_key_tiles(D), flash_tiles::bwd_warps(D),
-                         IsCausal>(p, stream);
+                         Masked>(p, stream);
 }
 
 template <typename T, int D>
 void run_flash_bwd_hdim(const FlashParams& p, cudaStream_t stream) {
-  if (p.is_causal)
+  if (flash_masked(p))
     launch_flash_bwd<T, D, true>(p, stream);
   else
     launch_flash_bwd<T, D, false>(p, stream);

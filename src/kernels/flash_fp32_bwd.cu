@@ -22,10 +22,10 @@ constexpr int kDsumRowsPerBlock = kThreads / 32;  // one warp per row
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) flash_fp32_dsum_kernel(const FlashParams p) {
-  const Head head(p);
+  const Head head(p, blockIdx.x / p.heads, blockIdx.x % p.heads);
   const int row = blockIdx.y * kDsumRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= p.seqlen_q) return;  // a whole warp leaves together: the shuffles below stay full
+  if (row >= head.seq.len_q) return;  // a whole warp leaves together: the shuffles below stay full
   const float* o = head.o + static_cast<int64_t>(row) * p.o_row_stride;
   const float* dout = head.dout + static_cast<int64_t>(row) * p.do_row_stride;
   float sum = 0.f;
@@ -41,7 +41,7 @@ constexpr int dkdv_smem_bytes() {
          static_cast<int>(sizeof(float));
 }
 
-template <int D, bool IsCausal>
+template <int D, bool Masked>
 __global__ void __launch_bounds__(kThreads) flash_fp32_dkdv_kernel(const FlashParams p) {
   extern __shared__ float smem[];
   float* Ks = smem;                       // kOuter keys x (D + 1)
@@ -53,21 +53,30 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dkdv_kernel(const FlashPa
   float* Ls = dSt + kOuter * kScoreStride;  // kInner: L of this tile's queries
   float* Ds = Ls + kInner;                  // kInner: D_i of this tile's queries
 
-  const Head head(p);
+  // One block per (K/V head, 64 keys), walking the query tiles of every query head of the group (Note [grouped
+  // heads], flash_bwd_kernel.cuh): dK and dV sum over the group in registers.
+  const int heads_k = flash_heads_k(p), group = flash_group(p);
+  const int b = blockIdx.x / heads_k, hk = blockIdx.x % heads_k;
+  const Head first(p, b, hk * group);
+  const FlashSeq& seq = first.seq;
   const int n0 = blockIdx.y * kOuter;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  if (n0 >= seq.len_k) return;  // a packed batch's shorter sequence
 
-  load_rows<D>(Ks, head.k, p.k_row_stride, n0, kOuter, p.seqlen_k);
-  load_rows<D>(Vs, head.v, p.v_row_stride, n0, kOuter, p.seqlen_k);
+  load_rows<D>(Ks, first.k, p.k_row_stride, n0, kOuter, seq.len_k);
+  load_rows<D>(Vs, first.v, p.v_row_stride, n0, kOuter, seq.len_k);
 
   float dk[kRowsPerThread][D / 16] = {}, dv[kRowsPerThread][D / 16] = {};
-  // Causal: queries before key n0 see none of this block's keys; start at the tile holding n0.
-  const int i_begin = IsCausal ? (n0 / kInner) * kInner : 0;
-  for (int i0 = i_begin; i0 < p.seqlen_q; i0 += kInner) {
-    load_rows<D>(Qs, head.q, p.q_row_stride, i0, kInner, p.seqlen_q);
-    load_rows<D>(dOs, head.dout, p.do_row_stride, i0, kInner, p.seqlen_q);
+  // Only the query tiles that hold a query seeing one of this block's keys (Note [mask tiles]).
+  const int i_begin = Masked ? seq.query_begin(n0) / kInner * kInner : 0;
+  const int i_end = Masked ? seq.query_end(min(n0 + kOuter, seq.len_k)) : seq.len_q;
+  for (int g = 0; g < group; ++g)
+  for (int i0 = i_begin; i0 < i_end; i0 += kInner) {
+    const Head head(p, b, hk * group + g);
+    load_rows<D>(Qs, head.q, p.q_row_stride, i0, kInner, seq.len_q);
+    load_rows<D>(dOs, head.dout, p.do_row_stride, i0, kInner, seq.len_q);
     for (int i = threadIdx.x; i < kInner; i += kThreads) {
-      const bool in = i0 + i < p.seqlen_q;
+      const bool in = i0 + i < seq.len_q;
       Ls[i] = in ? head.lse[i0 + i] : 0.f;
       Ds[i] = in ? head.dsum[i0 + i] : 0.f;
     }
@@ -82,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dkdv_kernel(const FlashPa
 #pragma unroll
       for (int c = 0; c < kScoreCols; ++c) {
         const int qi = tx + 16 * c, query = i0 + qi;
-        const bool visible = key < p.seqlen_k && query < p.seqlen_q && (!IsCausal || key <= query);
+        const bool visible = key < seq.len_k && query < seq.len_q && (!Masked || seq.sees(query, key));
         const float prob = visible ? expf(pt[r][c] * p.scale - Ls[qi]) : 0.f;
         pt[r][c] = prob;
         dst[r][c] = prob * (dst[r][c] - Ds[qi]);
@@ -95,9 +104,9 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dkdv_kernel(const FlashPa
     output_tile<D>(dk, dSt, Qs);  // dK += dSᵀ Q (scaled at the end)
     __syncthreads();  // Q, dO, Pᵀ, dSᵀ, L, D read before the next tile overwrites them
   }
-  // Keys no query sees (none today: causal needs Nq == Nk) get zero gradients, written like the rest.
-  store_output<D>(head.dk, p.dk_row_stride, n0, p.seqlen_k, dk, p.scale);
-  store_output<D>(head.dv, p.dv_row_stride, n0, p.seqlen_k, dv, 1.f);
+  // Keys no query sees get zero gradients, written like the rest.
+  store_output<D>(first.dk, p.dk_row_stride, n0, seq.len_k, dk, p.scale);
+  store_output<D>(first.dv, p.dv_row_stride, n0, seq.len_k, dv, 1.f);
 }
 
 template <int D>
@@ -105,7 +114,7 @@ constexpr int dq_smem_bytes() {
   return ((2 * kOuter + 2 * kInner) * padded(D) + kOuter * kScoreStride) * static_cast<int>(sizeof(float));
 }
 
-template <int D, bool IsCausal>
+template <int D, bool Masked>
 __global__ void __launch_bounds__(kThreads) flash_fp32_dq_kernel(const FlashParams p) {
   extern __shared__ float smem[];
   float* Qs = smem;                      // kOuter queries x (D + 1)
@@ -114,25 +123,28 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dq_kernel(const FlashPara
   float* Vs = Ks + kInner * padded(D);   // kInner x (D + 1)
   float* dSs = Vs + kInner * padded(D);  // kOuter x kScoreStride
 
-  const Head head(p);
+  const Head head(p, blockIdx.x / p.heads, blockIdx.x % p.heads);
+  const FlashSeq& seq = head.seq;
   const int m0 = blockIdx.y * kOuter;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  if (m0 >= seq.len_q) return;  // a packed batch's shorter sequence
 
-  load_rows<D>(Qs, head.q, p.q_row_stride, m0, kOuter, p.seqlen_q);
-  load_rows<D>(dOs, head.dout, p.do_row_stride, m0, kOuter, p.seqlen_q);
+  load_rows<D>(Qs, head.q, p.q_row_stride, m0, kOuter, seq.len_q);
+  load_rows<D>(dOs, head.dout, p.do_row_stride, m0, kOuter, seq.len_q);
   float lse[kRowsPerThread], dsum[kRowsPerThread];  // of the owned rows
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int row = m0 + ty * kRowsPerThread + r;
-    lse[r] = row < p.seqlen_q ? head.lse[row] : 0.f;
-    dsum[r] = row < p.seqlen_q ? head.dsum[row] : 0.f;
+    lse[r] = row < seq.len_q ? head.lse[row] : 0.f;
+    dsum[r] = row < seq.len_q ? head.dsum[row] : 0.f;
   }
 
   float dq[kRowsPerThread][D / 16] = {};
-  const int k_end = IsCausal ? min(p.seqlen_k, m0 + kOuter) : p.seqlen_k;
-  for (int n0 = 0; n0 < k_end; n0 += kInner) {
-    load_rows<D>(Ks, head.k, p.k_row_stride, n0, kInner, p.seqlen_k);
-    load_rows<D>(Vs, head.v, p.v_row_stride, n0, kInner, p.seqlen_k);
+  const int k_begin = Masked ? seq.key_begin(m0) / kInner * kInner : 0;
+  const int k_end = Masked ? seq.key_end(min(m0 + kOuter, seq.len_q)) : seq.len_k;
+  for (int n0 = k_begin; n0 < k_end; n0 += kInner) {
+    load_rows<D>(Ks, head.k, p.k_row_stride, n0, kInner, seq.len_k);
+    load_rows<D>(Vs, head.v, p.v_row_stride, n0, kInner, seq.len_k);
     __syncthreads();  // Q, dO (first pass), K, V in shared memory
 
     float s[kRowsPerThread][kScoreCols] = {}, dp[kRowsPerThread][kScoreCols] = {};
@@ -144,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dq_kernel(const FlashPara
 #pragma unroll
       for (int c = 0; c < kScoreCols; ++c) {
         const int col = n0 + tx + 16 * c;
-        const bool visible = row < p.seqlen_q && col < p.seqlen_k && (!IsCausal || col <= row);
+        const bool visible = row < seq.len_q && col < seq.len_k && (!Masked || seq.sees(row, col));
         const float prob = visible ? expf(s[r][c] * p.scale - lse[r]) : 0.f;
         s[r][c] = prob * (dp[r][c] - dsum[r]);  // dS
       }
@@ -154,17 +166,19 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_dq_kernel(const FlashPara
     output_tile<D>(dq, dSs, Ks);  // dQ += dS K (scaled at the end)
     __syncthreads();  // K, V, dS read before the next tile overwrites them
   }
-  store_output<D>(head.dq, p.dq_row_stride, m0, p.seqlen_q, dq, p.scale);
+  store_output<D>(head.dq, p.dq_row_stride, m0, seq.len_q, dq, p.scale);
 }
 
-template <int D, bool IsCausal>
+template <int D, bool Masked>
 void launch_bwd(const FlashParams& p, cudaStream_t stream) {
+  const int heads = p.batch * p.heads, kv_heads = p.batch * flash_heads_k(p);
   const int dsum_blocks = (p.seqlen_q + kDsumRowsPerBlock - 1) / kDsumRowsPerBlock;
-  launch(flash_fp32_dsum_kernel<D>, p, dsum_blocks, 0, stream, "flash_fp32_dsum_kernel");
+  launch(flash_fp32_dsum_kernel<D>, p, heads, dsum_blocks, 0, stream, "flash_fp32_dsum_kernel");
   const int n_blocks = (p.seqlen_k + kOuter - 1) / kOuter;
-  launch(flash_fp32_dkdv_kernel<D, IsCausal>, p, n_blocks, dkdv_smem_bytes<D>(), stream, "flash_fp32_dkdv_kernel");
+  launch(flash_fp32_dkdv_kernel<D, Masked>, p, kv_heads, n_blocks, dkdv_smem_bytes<D>(), stream,
+         "flash_fp32_dkdv_kernel");
   const int m_blocks = (p.seqlen_q + kOuter - 1) / kOuter;
-  launch(flash_fp32_dq_kernel<D, IsCausal>, p, m_blocks, dq_smem_bytes<D>(), stream, "flash_fp32_dq_kernel");
+  launch(flash_fp32_dq_kernel<D, Masked>, p, heads, m_blocks, dq_smem_bytes<D>(), stream, "flash_fp32_dq_kernel");
 }
 
 }  // namespace flash_fp32
@@ -172,7 +186,7 @@ void launch_bwd(const FlashParams& p, cudaStream_t stream) {
 void run_flash_fp32_bwd(const FlashParams& p, void* stream) {
   with_head_dim_or_throw(FlashHeadDims{}, p.head_dim, "run_flash_fp32_bwd", "fp32", [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if (p.is_causal)
+    if (flash_masked(p))
       flash_fp32::launch_bwd<D, true>(p, static_cast<cudaStream_t>(stream));
     else
       flash_fp32::launch_bwd<D, false>(p, static_cast<cudaStream_t>(stream));

@@ -19,7 +19,7 @@ constexpr int fwd_smem_bytes() {
   return ((kOuter + 2 * kInner) * padded(D) + kOuter * kScoreStride) * static_cast<int>(sizeof(float));
 }
 
-template <int D, bool IsCausal>
+template <int D, bool Masked>
 __global__ void __launch_bounds__(kThreads) flash_fp32_fwd_kernel(const FlashParams p) {
   extern __shared__ float smem[];
   float* Qs = smem;                     // kOuter x (D + 1)
@@ -27,22 +27,25 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_fwd_kernel(const FlashPar
   float* Vs = Ks + kInner * padded(D);  // kInner x (D + 1)
   float* Ps = Vs + kInner * padded(D);  // kOuter x kScoreStride: this tile's probabilities
 
-  const Head head(p);
+  const Head head(p, blockIdx.x / p.heads, blockIdx.x % p.heads);
+  const FlashSeq& seq = head.seq;
   const int m0 = blockIdx.y * kOuter;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  if (m0 >= seq.len_q) return;  // a packed batch's shorter sequence
 
-  load_rows<D>(Qs, head.q, p.q_row_stride, m0, kOuter, p.seqlen_q);
+  load_rows<D>(Qs, head.q, p.q_row_stride, m0, kOuter, seq.len_q);
 
   float acc[kRowsPerThread][D / 16] = {};
   float m[kRowsPerThread], l[kRowsPerThread];  // running max and sum of each owned row
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) m[r] = -INFINITY, l[r] = 0.f;
 
-  // Causal: keys past the block's last query row are masked for every row, so they are not visited.
-  const int k_end = IsCausal ? min(p.seqlen_k, m0 + kOuter) : p.seqlen_k;
-  for (int n0 = 0; n0 < k_end; n0 += kInner) {
-    load_rows<D>(Ks, head.k, p.k_row_stride, n0, kInner, p.seqlen_k);
-    load_rows<D>(Vs, head.v, p.v_row_stride, n0, kInner, p.seqlen_k);
+  // Only the key tiles that hold a key some row of the block sees (Note [mask tiles], flash_fwd_kernel.cuh).
+  const int k_begin = Masked ? seq.key_begin(m0) / kInner * kInner : 0;
+  const int k_end = Masked ? seq.key_end(min(m0 + kOuter, seq.len_q)) : seq.len_k;
+  for (int n0 = k_begin; n0 < k_end; n0 += kInner) {
+    load_rows<D>(Ks, head.k, p.k_row_stride, n0, kInner, seq.len_k);
+    load_rows<D>(Vs, head.v, p.v_row_stride, n0, kInner, seq.len_k);
     __syncthreads();  // Q (first pass), K and V in shared memory
 
     float s[kRowsPerThread][kScoreCols] = {};
@@ -54,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_fwd_kernel(const FlashPar
 #pragma unroll
       for (int c = 0; c < kScoreCols; ++c) {
         const int col = n0 + tx + 16 * c;
-        const bool visible = col < p.seqlen_k && (!IsCausal || col <= row);
+        const bool visible = col < seq.len_k && (!Masked || seq.sees(row, col));
         s[r][c] = visible ? s[r][c] * p.scale : -INFINITY;
         mx = fmaxf(mx, s[r][c]);
       }
@@ -79,25 +82,26 @@ __global__ void __launch_bounds__(kThreads) flash_fp32_fwd_kernel(const FlashPar
     __syncthreads();  // K, V, P read by every thread before the next tile overwrites them
   }
 
-  // Every row below seqlen_q saw key 0 (causal: key 0 <= row), so l > 0 there.
+  // A row that saw no key has l = 0: O = 0 and L = +inf (the mask's rule, flash_params.h).
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int row = m0 + ty * kRowsPerThread + r;
-    const float inv = row < p.seqlen_q ? 1.f / l[r] : 0.f;
+    const float inv = row < seq.len_q && l[r] > 0.f ? 1.f / l[r] : 0.f;
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) acc[r][c] *= inv;
-    if (row < p.seqlen_q && tx == 0) head.lse[row] = m[r] + logf(l[r]);
+    if (row < seq.len_q && tx == 0) head.lse[row] = l[r] > 0.f ? m[r] + logf(l[r]) : INFINITY;
   }
-  store_output<D>(head.o, p.o_row_stride, m0, p.seqlen_q, acc, 1.f);
+  store_output<D>(head.o, p.o_row_stride, m0, seq.len_q, acc, 1.f);
 }
 
 template <int D>
 void run_fwd(const FlashParams& p, cudaStream_t stream) {
   const int m_blocks = (p.seqlen_q + kOuter - 1) / kOuter;
-  if (p.is_causal)
-    launch(flash_fp32_fwd_kernel<D, true>, p, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
+  const int heads = p.batch * p.heads;
+  if (flash_masked(p))
+    launch(flash_fp32_fwd_kernel<D, true>, p, heads, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
   else
-    launch(flash_fp32_fwd_kernel<D, false>, p, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
+    launch(flash_fp32_fwd_kernel<D, false>, p, heads, m_blocks, fwd_smem_bytes<D>(), stream, "flash_fp32_fwd_kernel");
 }
 
 }  // namespace flash_fp32

@@ -18,6 +18,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_params.h"
+#include "kernels/flash_sequence.cuh"
 
 namespace lmscale::kernels::flash_fp32 {
 
@@ -117,45 +118,54 @@ __device__ __forceinline__ float row_sum(float x) {
   return x;
 }
 
-// Base pointers of head (b, h) from the element strides of FlashParams.
+// Row 0 of (batch b, head h) in a (B, H, N, D) or packed (total, H, D) tensor from its element strides.
 template <typename P>
-__device__ __forceinline__ P* head_ptr(P* base, int64_t batch_stride, int64_t head_stride, int b, int h) {
-  return base + b * batch_stride + h * head_stride;
+__device__ __forceinline__ P* head_ptr(P* base, int64_t batch_stride, int64_t head_stride, int64_t row_stride, int b,
+                                       int h, int64_t row0) {
+  return base + b * batch_stride + h * head_stride + row0 * row_stride;
 }
 
-// This block's (batch * head) index (grid.x) and the base pointers of its head in every tensor the
-// kernels touch (row r of q is q + r * p.q_row_stride, and so on); null where the params have none.
+// Query head h of sequence b: its sequence (lengths, mask), and the base pointers of its rows in every tensor the
+// kernels touch (row r of q is q + r * p.q_row_stride, and so on; k, v, dk, dv those of its K/V head); null where
+// the params have none.
 struct Head {
-  int bh;
+  FlashSeq seq;
   const float *q, *k, *v, *dout;
-  float *o, *dq, *dk, *dv, *lse, *dsum;  // lse, dsum: this head's (N_q) slice
+  float *o, *dq, *dk, *dv, *lse, *dsum;  // lse, dsum: this head's (len_q) slice
 
-  __device__ explicit Head(const FlashParams& p) : bh(blockIdx.x) {
-    const int b = bh / p.heads, h = bh % p.heads;
-    q = head_ptr(static_cast<const float*>(p.q), p.q_batch_stride, p.q_head_stride, b, h);
-    k = head_ptr(static_cast<const float*>(p.k), p.k_batch_stride, p.k_head_stride, b, h);
-    v = head_ptr(static_cast<const float*>(p.v), p.v_batch_stride, p.v_head_stride, b, h);
-    o = head_ptr(static_cast<float*>(p.o), p.o_batch_stride, p.o_head_stride, b, h);
-    dout = p.dout ? head_ptr(static_cast<const float*>(p.dout), p.do_batch_stride, p.do_head_stride, b, h) : nullptr;
-    dq = p.dq ? head_ptr(static_cast<float*>(p.dq), p.dq_batch_stride, p.dq_head_stride, b, h) : nullptr;
-    dk = p.dk ? head_ptr(static_cast<float*>(p.dk), p.dk_batch_stride, p.dk_head_stride, b, h) : nullptr;
-    dv = p.dv ? head_ptr(static_cast<float*>(p.dv), p.dv_batch_stride, p.dv_head_stride, b, h) : nullptr;
-    lse = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
-    dsum = p.dsum ? p.dsum + static_cast<int64_t>(bh) * p.seqlen_q : nullptr;
+  __device__ Head(const FlashParams& p, int b, int h) : seq(flash_seq(p, b)) {
+    const int hk = h / flash_group(p);
+    const int64_t qr = seq.q_row0, kr = seq.k_row0;
+    q = head_ptr(static_cast<const float*>(p.q), p.q_batch_stride, p.q_head_stride, p.q_row_stride, b, h, qr);
+    k = head_ptr(static_cast<const float*>(p.k), p.k_batch_stride, p.k_head_stride, p.k_row_stride, b, hk, kr);
+    v = head_ptr(static_cast<const float*>(p.v), p.v_batch_stride, p.v_head_stride, p.v_row_stride, b, hk, kr);
+    o = head_ptr(static_cast<float*>(p.o), p.o_batch_stride, p.o_head_stride, p.o_row_stride, b, h, qr);
+    dout = p.dout ? head_ptr(static_cast<const float*>(p.dout), p.do_batch_stride, p.do_head_stride, p.do_row_stride,
+                             b, h, qr)
+                  : nullptr;
+    dq = p.dq ? head_ptr(static_cast<float*>(p.dq), p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride, b, h, qr)
+              : nullptr;
+    dk = p.dk ? head_ptr(static_cast<float*>(p.dk), p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride, b, hk, kr)
+              : nullptr;
+    dv = p.dv ? head_ptr(static_cast<float*>(p.dv), p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride, b, hk, kr)
+              : nullptr;
+    lse = p.lse + seq.stat_row0(h);
+    dsum = p.dsum ? p.dsum + seq.stat_row0(h) : nullptr;
   }
 };
 
 // ----------------------------------------------------------------------------- host side
 
-// Launches kernel on grid (batch*heads, row_blocks) with kThreads threads and smem_bytes of dynamic
-// shared memory (raising the 48 KB default when needed); throws naming `name` on a launch error.
+// Launches kernel on grid (heads, row_blocks) with kThreads threads and smem_bytes of dynamic shared memory
+// (raising the 48 KB default when needed); heads: batch * query heads, or batch * K/V heads for the dK/dV kernel.
+// Throws naming `name` on a launch error.
 template <typename Kernel>
-void launch(Kernel kernel, const FlashParams& p, int row_blocks, int smem_bytes, cudaStream_t stream,
+void launch(Kernel kernel, const FlashParams& p, int heads, int row_blocks, int smem_bytes, cudaStream_t stream,
             const char* name) {
   if (smem_bytes > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   check_grid_y(row_blocks, name);
-  kernel<<<dim3(p.batch * p.heads, row_blocks), kThreads, smem_bytes, stream>>>(p);
+  kernel<<<dim3(heads, row_blocks), kThreads, smem_bytes, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
 }

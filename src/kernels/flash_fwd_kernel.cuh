@@ -7,17 +7,17 @@
 
 #include "kernels/flash_common.cuh"
 #include "kernels/flash_params.h"
+#include "kernels/flash_sequence.cuh"
 
 namespace lmscale::kernels::flash {
 
-// Note [causal tiles]. Query row i sees keys j <= i (Nq == Nk). A query tile [m0, m0 + kBlockM) needs
-// key tiles up to key m0 + kBlockM - 1 only, so the loop stops there (whole tiles above the diagonal
-// are never loaded); only tiles that cross the diagonal (or the key tail) pay for masking. Keys are
-// walked in increasing order, so every valid row sees key 0 in its first tile and the running max is
-// finite from then on; the -inf guard in the softmax covers rows whose visible keys are all masked
-// within a tile anyway.
+// Note [mask tiles]. A query tile [m0, m0 + kBlockM) visits only the key tiles that hold a key one of its rows
+// sees (FlashSeq::key_begin / key_end: the causal diagonal, a sliding window's left edge, either alignment), so
+// tiles wholly outside the mask are never loaded; only tiles that cross a bound of the mask (or the key tail) pay
+// for masking. A row may see no key of a visited tile, or none at all: the -inf guard of the softmax keeps its
+// running max finite-safe, and a row that saw no key ends with O = 0 and L = +inf.
 
-template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
+template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool Masked>
 __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParams p) {
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row MMA tiles");
   constexpr int kMT = kBlockM / (16 * kWarps);  // m16 tiles per warp
@@ -36,23 +36,30 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   // tile, so the grid ends on short blocks; with the tile on x, the last head's heavy tiles started near
   // the end and ran alone (measured: docs/flash_notes.md, v3).
   const int m_block = gridDim.y - 1 - blockIdx.y;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, hk = h / flash_group(p);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * kBlockM;
+  const FlashSeq seq = flash_seq(p, b);
+  if (m0 >= seq.len_q) return;  // a packed batch's shorter sequence: the grid is sized by the longest
 
-  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
-  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
+  const T* gQ = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride + seq.q_row0 * p.q_row_stride;
+  const T* gK = static_cast<const T*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride + seq.k_row0 * p.k_row_stride;
+  const T* gV = static_cast<const T*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride + seq.k_row0 * p.v_row_stride;
+  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + seq.q_row0 * p.o_row_stride;
+  float* gL = p.lse + seq.stat_row0(h);
 
-  const int n_end = IsCausal ? min(p.seqlen_k, m0 + kBlockM) : p.seqlen_k;
-  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+  // Note [mask tiles]: the key tiles [n_first, n_first + n_tiles) of this query tile.
+  const int m_end = min(m0 + kBlockM, seq.len_q);
+  const int n_first = Masked ? seq.key_begin(m0) / kBlockN * kBlockN : 0;
+  const int n_end = Masked ? seq.key_end(m_end) : seq.len_k;
+  const int n_tiles = n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0;
 
   // Pipeline: K_{j+1} loads while P V_j runs; V_j loads while Q K_j^T runs (one buffer each).
-  load_rows<kBlockM, D, kLd, kThreads>(sQ, gQ, p.q_row_stride, m0, p.seqlen_q, tid);
-  load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, 0, p.seqlen_k, tid);
-  cp_async_commit();
+  if (n_tiles > 0) {
+    load_rows<kBlockM, D, kLd, kThreads>(sQ, gQ, p.q_row_stride, m0, seq.len_q, tid);
+    load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n_first, seq.len_k, tid);
+    cp_async_commit();
+  }
 
   uint32_t q_frag[kMT][D / 16][4];
   float acc_o[kMT][D / 8][4];
@@ -70,8 +77,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   const int row_a = m0 + warp_row0 + lane / 4;
 
   for (int j = 0; j < n_tiles; ++j) {
-    const int n0 = j * kBlockN;
-    load_rows<kBlockN, D, kLd, kThreads>(sV, gV, p.v_row_stride, n0, p.seqlen_k, tid);
+    const int n0 = n_first + j * kBlockN;
+    load_rows<kBlockN, D, kLd, kThreads>(sV, gV, p.v_row_stride, n0, seq.len_k, tid);
     cp_async_commit();
     cp_async_wait<1>();  // Q (first pass) and K_j have landed; V_j may still be in flight
     __syncthreads();
@@ -102,8 +109,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
       }
     }
 
-    // See Note [causal tiles]: mask only the key tail and tiles that cross the diagonal.
-    const bool need_mask = (n0 + kBlockN > p.seqlen_k) || (IsCausal && n0 + kBlockN - 1 > m0);
+    // Note [mask tiles]: mask only the key tail and tiles that cross a bound of the mask.
+    const bool need_mask = (n0 + kBlockN > seq.len_k) || (Masked && !seq.tile_free(m0, m0 + kBlockM, n0, n0 + kBlockN));
     if (need_mask) {
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi)
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
           for (int e = 0; e < 4; ++e) {
             const int col = n0 + nt * 8 + (lane % 4) * 2 + (e % 2);
             const int row = row_a + mi * 16 + (e / 2) * 8;
-            if (col >= p.seqlen_k || (IsCausal && col > row)) s[mi][nt][e] = -INFINITY;
+            if (col >= seq.len_k || (Masked && !seq.sees(row, col))) s[mi][nt][e] = -INFINITY;
           }
         }
     }
@@ -148,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     cp_async_wait<0>();  // V_j has landed
     __syncthreads();     // ...and every warp is done reading K_j, so K_{j+1} may overwrite it
     if (j + 1 < n_tiles) {
-      load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n0 + kBlockN, p.seqlen_k, tid);
+      load_rows<kBlockN, D, kLd, kThreads>(sK, gK, p.k_row_stride, n0 + kBlockN, seq.len_k, tid);
       cp_async_commit();
     }
 
@@ -179,7 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
       const int row = row_a + mi * 16 + r * 8;
       const float sum = quad_sum(row_sum[mi][r]);
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      if (row < p.seqlen_q) {
+      if (row < seq.len_q) {
         T* o_row = gO + row * p.o_row_stride + (lane % 4) * 2;
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)

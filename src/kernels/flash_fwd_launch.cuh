@@ -9,6 +9,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_fwd_kernel.cuh"
+#include "kernels/flash_sequence.cuh"
 #include "kernels/flash_tiles.h"
 
 namespace lmscale::kernels {
@@ -20,12 +21,12 @@ void run_flash_fwd_(const FlashParams& p, cudaStream_t stream);
 namespace flash {
 
 // One tile configuration (flash_tiles.h picks the shipped one; tools/flash_probe.cu times others).
-template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool IsCausal>
+template <typename T, int D, int kBlockM, int kBlockN, int kWarps, bool Masked>
 void launch_flash_fwd_tiles(const FlashParams& p, cudaStream_t stream) {
   constexpr int kSmem = flash_tiles::fwd_smem_bytes(D, kBlockM, kBlockN);
   static_assert(kSmem <= flash_tiles::kMaxSmemBytes, "tiles exceed the shared memory of one block");
   static_assert(flash_tiles::padded_row_is_conflict_free(D), "shared rows must stay ldmatrix conflict-free");
-  auto kernel = flash_fwd_kernel<T, D, kBlockM, kBlockN, kWarps, IsCausal>;
+  auto kernel = flash_fwd_kernel<T, D, kBlockM, kBlockN, kWarps, Masked>;
   if (kSmem > 48 * 1024)
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int batch_heads = p.batch * p.heads;
@@ -36,15 +37,15 @@ void launch_flash_fwd_tiles(const FlashParams& p, cudaStream_t stream) {
   LMSCALE_CUDA_CHECK_LAUNCH("flash_fwd_kernel");
 }
 
-template <typename T, int D, bool IsCausal>
+template <typename T, int D, bool Masked>
 void launch_flash_fwd(const FlashParams& p, cudaStream_t stream) {
   launch_flash_fwd_tiles<T, D, flash_tiles::fwd_block_m(D), flash_tiles::fwd_block_n(D), flash_tiles::fwd_warps(D),
-                         IsCausal>(p, stream);
+                         Masked>(p, stream);
 }
 
 template <typename T, int D>
 void run_flash_fwd_hdim(const FlashParams& p, cudaStream_t stream) {
-  if (p.is_causal)
+  if (flash_masked(p))
     launch_flash_fwd<T, D, true>(p, stream);
   else
     launch_flash_fwd<T, D, false>(p, stream);

@@ -54,8 +54,29 @@ struct FlashParams {
   int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
 
   int batch = 0, heads = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
+  // Grouped-query attention: k/v (and dk/dv) have heads_k heads, each serving heads / heads_k consecutive query
+  // heads (query head h reads K/V head h / (heads / heads_k)); 0 means heads_k == heads. The backward sums dK and
+  // dV over each group inside the kernels.
+  int heads_k = 0;
   float scale = 0.f;  // softmax scale, 1/sqrt(D) by default
-  bool is_causal = false;  // query i sees keys j <= i; requires seqlen_q == seqlen_k
+  // The mask (docs/spec.md §3.6, FlashAttention's definition): query i of a sequence sees key j iff
+  //     i + shift - window_left <= j <= i + shift + window_right,   shift = bottom_right ? len_k - len_q : 0,
+  // a negative window side being unbounded. is_causal makes window_right 0, whatever it holds (SDPA's is_causal:
+  // shift 0, the top-left diagonal; with bottom_right FlashAttention's causal). A query that sees no key gets O = 0,
+  // L = +inf and no gradient. The kernels skip every tile outside the mask.
+  bool is_causal = false;
+  bool bottom_right = false;
+  int window_left = -1, window_right = -1;
+  // Packed variable-length batches (FlashAttention's varlen layout), when cu_seqlens_q is set: int32 (batch + 1)
+  // offsets on the device, non-decreasing from 0. Sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
+  // q/o/dout/dq and [cu_seqlens_k[b], ...) of k/v/dk/dv, which are (total, H, D) with batch strides 0; seqlen_q and
+  // seqlen_k are the longest sequence's lengths (they size the grid); lse, dsum and dq_accum are (heads, total_q)
+  // (dq_accum: (heads, total_q, D)) with total_q their rows. The Hopper backward's dq_tile_ticket must be null
+  // (a first store would overwrite the next sequence's rows of a shared 64-row tile); dq_accum is then zeroed by the
+  // caller, every row, and rows in no sequence keep O and L as the caller filled them.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0, total_k = 0;  // rows of q and of k (packed batches only)
   FlashDtype dtype = FlashDtype::kBF16;
   FlashPath path = FlashPath::kAuto;
 };

@@ -1,5 +1,5 @@
 // The FlashAttention-2 ops (flash_attention.h): input checks, device dispatch (CPU → ATen reference,
-// CUDA → src/kernels/, masks they cannot apply yet through flash_blocks.h), the autograd Functions and the
+// CUDA → src/kernels/, every mask and layout), the autograd Functions and the
 // torch.ops.lmscale registrations. Each op keeps the order: validate, device guard, allocate outputs, fill
 // params, take the current stream, launch, return.
 #include "ops/flash_attention.h"
@@ -10,10 +10,10 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <limits>
 #include <sstream>
 
 #include "core/device.h"
-#include "ops/flash_blocks.h"
 #include "ops/flash_reference.h"
 
 #ifdef LMSCALE_HAS_KERNELS
@@ -118,37 +118,54 @@ kernels::FlashDtype kernel_dtype(at::ScalarType t) {
   params.prefix##_head_stride = (t).stride(1);  \
   params.prefix##_row_stride = (t).stride(2)
 
-kernels::FlashParams make_params(const at::Tensor& q4, const at::Tensor& k4, const at::Tensor& v4, bool is_causal,
-                                 double scale) {
+// A window side the kernels take: one at least as wide as any query's distance to any key (|shift| < nq + nk)
+// hides nothing and is unbounded, which also keeps the kernels' int arithmetic of the bounds from overflowing.
+int kernel_window(int64_t side, int64_t nq, int64_t nk) { return side < 0 || side >= nq + nk ? -1 : static_cast<int>(side); }
+
+void set_mask(kernels::FlashParams& p, const FlashMask& mask, int64_t nq, int64_t nk) {
+  p.is_causal = mask.causal;
+  p.bottom_right = mask.bottom_right;
+  p.window_left = kernel_window(mask.window_left, nq, nk);
+  p.window_right = mask.causal ? 0 : kernel_window(mask.window_right, nq, nk);
+}
+
+// What every call fills alike: the kernel path, q/k/v, the head dim, the scale, the dtype. The heads, lengths and
+// strides come from set_dense_shape or set_packed_shape.
+kernels::FlashParams make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
   kernels::FlashParams p;
   p.path = flash_path();
-  p.q = q4.data_ptr();
-  p.k = k4.data_ptr();
-  p.v = v4.data_ptr();
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.head_dim = static_cast<int>(q.size(-1));
+  p.scale = static_cast<float>(scale);
+  p.dtype = kernel_dtype(q.scalar_type());
+  return p;
+}
+
+void set_dense_shape(kernels::FlashParams& p, const at::Tensor& q4, const at::Tensor& k4, const at::Tensor& v4,
+                     const FlashMask& mask) {
   LMSCALE_SET_STRIDES(p, q, q4);
   LMSCALE_SET_STRIDES(p, k, k4);
   LMSCALE_SET_STRIDES(p, v, v4);
   p.batch = static_cast<int>(q4.size(0));
   p.heads = static_cast<int>(q4.size(1));
+  p.heads_k = static_cast<int>(k4.size(1));
   p.seqlen_q = static_cast<int>(q4.size(2));
   p.seqlen_k = static_cast<int>(k4.size(2));
-  p.head_dim = static_cast<int>(q4.size(3));
-  p.scale = static_cast<float>(scale);
-  p.is_causal = is_causal;
-  p.dtype = kernel_dtype(q4.scalar_type());
-  return p;
+  set_mask(p, mask, p.seqlen_q, p.seqlen_k);
 }
 
-// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims, q's heads equal to k's, causal only with
-// Nq == Nk (the kernels' contract; flash_blocks.h serves the rest).
+// Kernel forward on bf16/fp16/fp32 CUDA tensors of any leading dims, every mask, grouped K/V heads.
 std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                  bool is_causal, double scale) {
+                                                  const FlashMask& mask, double scale) {
   check_kernels_run_on(q.device());  // names the GPU and the fix instead of "no kernel image"
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v);
   auto o4 = at::empty(q4.sizes(), q4.options());
   auto L3 = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
-  auto p = make_params(q4, k4, v4, is_causal, scale);
+  auto p = make_params(q4, k4, v4, scale);
+  set_dense_shape(p, q4, k4, v4, mask);
   p.o = o4.data_ptr();
   p.lse = L3.data_ptr<float>();
   LMSCALE_SET_STRIDES(p, o, o4);
@@ -157,10 +174,52 @@ std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at:
   return {o4.view(q.sizes()), L3.view(q.sizes().slice(0, q.dim() - 1))};
 }
 
+// The backward's workspaces in one allocation (one trip through the caching allocator instead of three), each part
+// on a 256-byte boundary (TMA wants dq_accum 16-byte aligned): the fp32 dQ accumulator (the fp32 kernels compute dQ
+// without one), D = rowsum(dO ⊙ O), and the Hopper backward's per-tile tickets, with which nothing zeroes dq_accum
+// (FlashParams::dq_tile_ticket). Packed batches take no tickets and a zeroed accumulator (flash_params.h).
+at::Tensor set_workspaces(kernels::FlashParams& p, const at::Tensor& like, int64_t stat_rows, int64_t tile_planes,
+                          bool packed) {
+  const bool fp32 = like.scalar_type() == at::kFloat;
+  const int64_t tiles64 = (p.seqlen_q + 63) / 64;
+  auto round_up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t accum_bytes = fp32 ? 0 : round_up(stat_rows * p.head_dim * 4), dsum_bytes = round_up(stat_rows * 4);
+  const int64_t ticket_bytes = fp32 || packed ? 0 : round_up(tile_planes * tiles64 * 2 * 4);
+  auto workspace = at::empty({accum_bytes + dsum_bytes + ticket_bytes}, like.options().dtype(at::kByte));
+  auto* base = static_cast<char*>(workspace.data_ptr());
+  if (packed && accum_bytes > 0) workspace.narrow(0, 0, accum_bytes).zero_();
+  p.dq_accum = fp32 ? nullptr : reinterpret_cast<float*>(base);
+  p.dsum = reinterpret_cast<float*>(base + accum_bytes);
+  p.dq_tile_ticket = ticket_bytes ? reinterpret_cast<int*>(base + accum_bytes + dsum_bytes) : nullptr;
+  return workspace;
+}
+
+// deterministic=True or torch.use_deterministic_algorithms(True): the Hopper backward adds dQ in key-block order
+// through a zeroed counter per 64-query tile (Note [deterministic dQ], flash_bwd_hopper.cuh); the fp32 kernels are
+// deterministic as they are; the mma.sync backward adds dQ with atomics, so an explicit deterministic=True is refused
+// there and PyTorch's alert raises (or warns, with warn_only=True). Returns the counters (kept alive by the caller).
+at::Tensor set_deterministic(kernels::FlashParams& p, const at::Tensor& like, bool deterministic, int64_t tile_planes) {
+  if (!deterministic && !at::globalContext().deterministicAlgorithms()) return {};
+  TORCH_CHECK(!deterministic || kernels::flash_bwd_can_be_deterministic(p),
+              "flash_attention_backward: deterministic=True, but this call runs the mma.sync backward, which adds "
+              "dQ with atomics; the deterministic backward runs on sm_90 (the Hopper kernels, head dims 64/80/128, "
+              "bf16/fp16), in fp32 and on CPU. Pass deterministic=False here.");
+  if (!kernels::flash_bwd_can_be_deterministic(p)) {
+    at::globalContext().alertNotDeterministic(
+        "lmscale flash_attention backward on the mma.sync kernels (dQ is added with atomics; the Hopper kernels, "
+        "sm_90 at head dims 64/80/128, and the fp32 kernels are deterministic)");
+    return {};
+  }
+  if (like.scalar_type() == at::kFloat) return {};
+  auto semaphore = at::zeros({tile_planes, (p.seqlen_q + 63) / 64}, like.options().dtype(at::kInt));
+  p.dq_semaphore = semaphore.data_ptr<int>();
+  return semaphore;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, const at::Tensor& o,
                                                                const at::Tensor& L, const at::Tensor& dout,
-                                                               bool is_causal, double scale, bool deterministic) {
+                                                               const FlashMask& mask, double scale, bool deterministic) {
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v), o4 = as_bhnd(o), do4 = as_bhnd(dout);
@@ -168,55 +227,120 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   auto dq4 = at::empty(q4.sizes(), q4.options());
   auto dk4 = at::empty(k4.sizes(), k4.options());
   auto dv4 = at::empty(v4.sizes(), v4.options());
-  // Workspaces: the fp32 dQ accumulator (the fp32 kernels compute dQ without one), D = rowsum(dO ⊙ O), and
-  // the Hopper backward's per-tile tickets, with which nothing zeroes dq_accum (FlashParams::dq_tile_ticket).
-  // One allocation holds all three (one trip through the caching allocator instead of three), each part
-  // starting on a 256-byte boundary (TMA wants dq_accum 16-byte aligned); none needs its contents kept.
-  const bool fp32 = q4.scalar_type() == at::kFloat;
-  const int64_t rows = q4.size(0) * q4.size(1) * q4.size(2), tiles64 = (q4.size(2) + 63) / 64;
-  auto round_up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-  const int64_t accum_bytes = fp32 ? 0 : round_up(rows * q4.size(3) * 4), dsum_bytes = round_up(rows * 4);
-  const int64_t ticket_bytes = fp32 ? 0 : round_up(q4.size(0) * q4.size(1) * tiles64 * 2 * 4);
-  auto workspace = at::empty({accum_bytes + dsum_bytes + ticket_bytes}, q4.options().dtype(at::kByte));
-  auto* base = static_cast<char*>(workspace.data_ptr());
-  auto p = make_params(q4, k4, v4, is_causal, scale);
+  auto p = make_params(q4, k4, v4, scale);
+  set_dense_shape(p, q4, k4, v4, mask);
+  const int64_t planes = q4.size(0) * q4.size(1);
+  auto workspace = set_workspaces(p, q4, planes * q4.size(2), planes, /*packed=*/false);
   p.o = const_cast<void*>(o4.data_ptr());
   p.lse = L3.data_ptr<float>();
   p.dout = do4.data_ptr();
   p.dq = dq4.data_ptr();
   p.dk = dk4.data_ptr();
   p.dv = dv4.data_ptr();
-  p.dq_accum = fp32 ? nullptr : reinterpret_cast<float*>(base);
-  p.dsum = reinterpret_cast<float*>(base + accum_bytes);
-  p.dq_tile_ticket = fp32 ? nullptr : reinterpret_cast<int*>(base + accum_bytes + dsum_bytes);
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
   LMSCALE_SET_STRIDES(p, dq, dq4);
   LMSCALE_SET_STRIDES(p, dk, dk4);
   LMSCALE_SET_STRIDES(p, dv, dv4);
-  // deterministic=True or torch.use_deterministic_algorithms(True): the Hopper backward adds dQ in key-block
-  // order through a zeroed counter per 64-query tile (Note [deterministic dQ], flash_bwd_hopper.cuh); the fp32
-  // kernels are deterministic as they are; the mma.sync backward adds dQ with atomics, so an explicit
-  // deterministic=True is refused there and PyTorch's alert raises (or warns, with warn_only=True).
-  at::Tensor dq_semaphore;
-  if (deterministic || at::globalContext().deterministicAlgorithms()) {
-    TORCH_CHECK(!deterministic || kernels::flash_bwd_can_be_deterministic(p),
-                "flash_attention_backward: deterministic=True, but this call runs the mma.sync backward, which adds "
-                "dQ with atomics; the deterministic backward runs on sm_90 (the Hopper kernels, head dims 64/80/128, "
-                "bf16/fp16), in fp32 and on CPU. Pass deterministic=False here.");
-    if (!kernels::flash_bwd_can_be_deterministic(p)) {
-      at::globalContext().alertNotDeterministic(
-          "lmscale flash_attention backward on the mma.sync kernels (dQ is added with atomics; the Hopper kernels, "
-          "sm_90 at head dims 64/80/128, and the fp32 kernels are deterministic)");
-    } else if (!fp32) {
-      dq_semaphore = at::zeros({q4.size(0) * q4.size(1), tiles64}, q4.options().dtype(at::kInt));
-      p.dq_semaphore = dq_semaphore.data_ptr<int>();
-    }
-  }
+  auto semaphore = set_deterministic(p, q4, deterministic, planes);
   if (q4.numel() > 0) kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
   if (q.dim() == 4) return {dq4, dk4, dv4};  // already the shapes of q, k, v
   return {dq4.view(q.sizes()), dk4.view(k.sizes()), dv4.view(v.sizes())};
 }
+
+// Packed (total, H, D) tensors: the last dim contiguous, the other strides and the base 16-byte aligned, else copied.
+at::Tensor as_packed(const at::Tensor& t) {
+  const int64_t align = 16 / t.element_size();
+  const bool ok = t.stride(2) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % align == 0 &&
+                  t.stride(1) % align == 0;
+  return ok ? t : t.contiguous();
+}
+
+#define LMSCALE_SET_PACKED_STRIDES(params, prefix, t) \
+  params.prefix##_batch_stride = 0;                  \
+  params.prefix##_head_stride = (t).stride(1);       \
+  params.prefix##_row_stride = (t).stride(0)
+
+// What a packed call shares between forward and backward: offsets, longest lengths, rows, the mask.
+void set_packed_shape(kernels::FlashParams& p, const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
+                      const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+                      const FlashMask& mask) {
+  LMSCALE_SET_PACKED_STRIDES(p, q, q3);
+  LMSCALE_SET_PACKED_STRIDES(p, k, k3);
+  LMSCALE_SET_PACKED_STRIDES(p, v, v3);
+  p.batch = static_cast<int>(cu_q.numel() - 1);
+  p.heads = static_cast<int>(q3.size(1));
+  p.heads_k = static_cast<int>(k3.size(1));
+  p.seqlen_q = static_cast<int>(max_q);
+  p.seqlen_k = static_cast<int>(max_k);
+  p.total_q = static_cast<int>(q3.size(0));
+  p.total_k = static_cast<int>(k3.size(0));
+  p.cu_seqlens_q = cu_q.data_ptr<int>();
+  p.cu_seqlens_k = cu_k.data_ptr<int>();
+  set_mask(p, mask, max_q, max_k);
+}
+
+// Packed forward: (O (total_q, Hq, D), L (Hq, total_q)). Rows in no sequence (past the last offset) keep O = 0 and
+// L = +inf, filled here; a batch whose longest sequence has no query or no key launches nothing.
+std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                         const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q,
+                                                         int64_t max_k, const FlashMask& mask, double scale,
+                                                         int64_t rows_in_sequences) {
+  check_kernels_run_on(q.device());
+  c10::cuda::CUDAGuard guard(q.device());
+  auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v);
+  auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
+  const bool launch = max_q > 0 && max_k > 0;
+  const bool fill = rows_in_sequences < q3.size(0) || !launch;
+  auto o3 = fill ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
+  auto L2 = fill ? at::full({q3.size(1), q3.size(0)}, std::numeric_limits<float>::infinity(), q3.options().dtype(at::kFloat))
+                 : at::empty({q3.size(1), q3.size(0)}, q3.options().dtype(at::kFloat));
+  if (!launch) return {o3, L2};
+  auto p = make_params(q3, k3, v3, scale);
+  set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
+  p.o = o3.data_ptr();
+  p.lse = L2.data_ptr<float>();
+  LMSCALE_SET_PACKED_STRIDES(p, o, o3);
+  kernels::run_flash_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+  return {o3, L2};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
+    const at::Tensor& dout, const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
+    const FlashMask& mask, double scale, bool deterministic, int64_t key_rows_in_sequences) {
+  check_kernels_run_on(q.device());
+  c10::cuda::CUDAGuard guard(q.device());
+  auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v), o3 = as_packed(o), do3 = as_packed(dout);
+  auto L2 = L.contiguous();
+  auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
+  const bool launch = max_q > 0 && max_k > 0;
+  // dQ comes from the conversion over every row (0 where L is +inf); dK, dV rows in no sequence are never written.
+  auto dq3 = launch ? at::empty(q3.sizes(), q3.options()) : at::zeros(q3.sizes(), q3.options());
+  const bool fill_kv = key_rows_in_sequences < k3.size(0) || !launch;
+  auto dk3 = fill_kv ? at::zeros(k3.sizes(), k3.options()) : at::empty(k3.sizes(), k3.options());
+  auto dv3 = fill_kv ? at::zeros(v3.sizes(), v3.options()) : at::empty(v3.sizes(), v3.options());
+  if (!launch) return {dq3, dk3, dv3};
+  auto p = make_params(q3, k3, v3, scale);
+  set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
+  const int64_t heads = q3.size(1);
+  auto workspace = set_workspaces(p, q3, heads * q3.size(0), p.batch * heads, /*packed=*/true);
+  p.o = const_cast<void*>(o3.data_ptr());
+  p.lse = L2.data_ptr<float>();
+  p.dout = do3.data_ptr();
+  p.dq = dq3.data_ptr();
+  p.dk = dk3.data_ptr();
+  p.dv = dv3.data_ptr();
+  LMSCALE_SET_PACKED_STRIDES(p, o, o3);
+  LMSCALE_SET_PACKED_STRIDES(p, do, do3);
+  LMSCALE_SET_PACKED_STRIDES(p, dq, dq3);
+  LMSCALE_SET_PACKED_STRIDES(p, dk, dk3);
+  LMSCALE_SET_PACKED_STRIDES(p, dv, dv3);
+  auto semaphore = set_deterministic(p, q3, deterministic, p.batch * heads);
+  kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
+  return {dq3, dk3, dv3};
+}
+#undef LMSCALE_SET_PACKED_STRIDES
 #undef LMSCALE_SET_STRIDES
 #endif  // LMSCALE_HAS_KERNELS
 
@@ -233,15 +357,6 @@ double scale_or_default(const at::Tensor& q, std::optional<double> scale) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
-// The kernels' blocks for this mask (flash_blocks.h), or the error naming what runs on CPU only for now.
-std::vector<FlashBlock> kernel_blocks(const FlashMask& mask, int64_t nq, int64_t nk) {
-  auto blocks = square_kernel_blocks(mask, nq, nk);
-  TORCH_CHECK(blocks, "flash_attention: window_left = ", mask.window_left,
-              " (a sliding window hiding keys before the diagonal, at Nq = ", nq, ", Nk = ", nk,
-              ") runs on CPU only for now: the CUDA kernels have no window mask yet (issue 40). Move the inputs to "
-              "CPU, or pass window_left = -1 (window_size = (-1, ...)).");
-  return *blocks;
-}
 #endif
 
 // ---------------------------------------------------------------- the dispatcher's ops, as C++ calls them
@@ -389,16 +504,13 @@ void check_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               "same sequences; got ", cu_q.numel() - 1, " and ", cu_k.numel() - 1);
   TORCH_CHECK(max_q >= 0 && max_k >= 0, "flash_attention_varlen: max_seqlen_q and max_seqlen_k must be >= 0; got ",
               max_q, ", ", max_k);
-  TORCH_CHECK(!use_kernel(q), "flash_attention_varlen: packed variable-length batches (cu_seqlens) run on CPU only ",
-              "for now: the CUDA kernels take no cu_seqlens yet (issue 40). Move q, k, v and the cu_seqlens to CPU, "
-              "or pad the batch to (B, N, H, D) and call the dense op.");
   check_qkv(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1));  // dtypes and devices (shapes hold)
 }
 
-// The offsets' values, which the reference reads on the host anyway: from 0, non-decreasing, within the
-// tensor, no sequence past its max_seqlen (which kernels size their grids by, so a wrong one would be
-// silently wrong there).
-void check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
+// The offsets' values: from 0, non-decreasing, within the tensor, no sequence past its max_seqlen (which the kernels
+// size their grids by, so a wrong one would be silently wrong there). Read on the host (one small copy, a
+// synchronisation on CUDA); returns the last offset, the rows that lie in some sequence.
+int64_t check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
   auto c = cu.to(at::kCPU, at::kLong).contiguous();
   const int64_t* x = c.data_ptr<int64_t>();
   TORCH_CHECK(x[0] == 0, "flash_attention_varlen: ", name, " must start at 0; got ", x[0]);
@@ -410,6 +522,7 @@ void check_offsets(const char* name, const at::Tensor& cu, int64_t total, const 
   }
   TORCH_CHECK(x[c.numel() - 1] <= total, "flash_attention_varlen: ", name, " ends at ", x[c.numel() - 1],
               ", past the ", total, " packed rows");
+  return x[c.numel() - 1];
 }
 
 }  // namespace
@@ -447,10 +560,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, 
     return {o.contiguous(), L.contiguous()};
   }
 #ifdef LMSCALE_HAS_KERNELS
-  const auto blocks = kernel_blocks(mask, q.size(-2), k.size(-2));
-  return forward_by_blocks(q, k, v, blocks, scale_or_default(q, scale),
-                           [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                              double scale) { return kernel_forward(q, k, v, causal, scale); });
+  return kernel_forward(q, k, v, mask, scale_or_default(q, scale));
 #else
   TORCH_CHECK(false, "flash_attention: this lmscale build has no CUDA kernels (built without nvcc); got CUDA "
                      "tensors. Rebuild with CUDA or move the inputs to CPU.");
@@ -473,13 +583,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(
     return {dq.contiguous(), dk.contiguous(), dv.contiguous()};  // as the kernels (see the forward)
   }
 #ifdef LMSCALE_HAS_KERNELS
-  const auto blocks = kernel_blocks(mask, q.size(-2), k.size(-2));
-  return backward_by_blocks(q, k, v, o, L, dout, blocks, scale_or_default(q, scale),
-                            [deterministic](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                            const at::Tensor& o, const at::Tensor& L, const at::Tensor& dout,
-                                            bool causal, double scale) {
-                              return kernel_backward(q, k, v, o, L, dout, causal, scale, deterministic);
-                            });
+  return kernel_backward(q, k, v, o, L, dout, mask, scale_or_default(q, scale), deterministic);
 #else
   (void)deterministic;
   TORCH_CHECK(false, "flash_attention_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
@@ -513,16 +617,21 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_varlen_forward(const at::Tens
                                                                  int64_t max_seqlen_k, const FlashMask& mask,
                                                                  std::optional<double> scale) {
   check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+  const int64_t rows = check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
   check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
-  return flash_reference_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, mask, scale);
+  if (!use_kernel(q)) return flash_reference_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, mask, scale);
+#ifdef LMSCALE_HAS_KERNELS
+  return kernel_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                               scale_or_default(q, scale), rows);
+#else
+  TORCH_CHECK(false, "flash_attention_varlen: this lmscale build has no CUDA kernels; got CUDA tensors");
+#endif
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
     const at::Tensor& dout, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, const FlashMask& mask, std::optional<double> scale, bool deterministic) {
-  (void)deterministic;  // the reference, the only varlen path for now, is deterministic
   check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   check_like("o", o, q, q.scalar_type());
   check_like("dout", dout, q, q.scalar_type());
@@ -533,8 +642,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
               " of shape (Hq, total_q) = (", q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(),
               " ", shape_str(L), " on ", L.device());
   check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
-  check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
-  return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);
+  const int64_t key_rows = check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
+  if (!use_kernel(q))  // the reference is deterministic as it is
+    return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);
+#ifdef LMSCALE_HAS_KERNELS
+  return kernel_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
+                                scale_or_default(q, scale), deterministic, key_rows);
+#else
+  (void)deterministic;
+  (void)key_rows;
+  TORCH_CHECK(false, "flash_attention_varlen_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
+#endif
 }
 
 at::Tensor flash_attention_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -8,11 +8,8 @@
 //
 // CPU tensors run the tiled ATen reference (flash_reference.h), every mask and layout. CUDA tensors run
 // src/kernels/: bf16/fp16 on tensor cores, fp32 on the fp32 SIMT kernels (fp32 math throughout, no TF32);
-// fp64 CUDA inputs run the reference. The kernels serve equal head counts and no mask or the square causal
-// one; the rest runs around them in ATen where that is exact (flash_blocks.h: grouped K/V heads
-// repeated and dK/dV summed over the group, causal with Nq != Nk in either alignment as blocks), and what
-// cannot (a window bounded on the left, packed batches) is refused on CUDA with a message saying it runs on
-// CPU only for now.
+// fp64 CUDA inputs run the reference. The kernels take every mask, grouped K/V heads (by index, dK and dV summed
+// over the group inside the backward) and packed batches themselves (kernels/flash_params.h).
 //
 // Registered as torch.ops.lmscale.flash_attention_{forward,backward}, flash_attention (O only, with C++
 // autograd: flash_attention below) and flash_attention_varlen_{forward,backward} (CPU, CUDA); the fake
@@ -60,7 +57,7 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // cu_seqlens_k[b+1]) of k and v (int32 (B + 1,) on q's device, from 0, non-decreasing, the last at most the
 // total: rows past it belong to no sequence and get O = 0), no sequence longer than max_seqlen_q / _k.
 // Attention stays inside each sequence; the mask applies to each with its own lengths. Returns (O like q,
-// L (Hq, total_q)). CPU only for now (and fp64 on CUDA, through the reference).
+// L (Hq, total_q)). CUDA runs the kernels (fp64 on CUDA: the reference); the offsets are checked on the host.
 std::tuple<at::Tensor, at::Tensor> flash_attention_varlen_forward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
     const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, const FlashMask& mask = {},

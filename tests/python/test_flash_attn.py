@@ -336,14 +336,16 @@ CUDA_CASES = {  # q, k/v shapes (B, N, H, D); flash_attn_func's arguments
     "scale": ((2, 100, 4, 64), (2, 100, 4, 64), {"softmax_scale": 0.07}),
     "window-right-only": ((2, 100, 4, 64), (2, 100, 4, 64), {"window_size": (-1, 3)}),
     "window-wider-than-keys": ((2, 100, 4, 64), (2, 100, 4, 64), {"causal": True, "window_size": (4096, 0)}),
+    "sliding-window": ((2, 300, 4, 64), (2, 300, 2, 64), {"causal": True, "window_size": (37, 0)}),
+    "window-both-sides-d128": ((1, 200, 4, 128), (1, 170, 4, 128), {"window_size": (20, 15)}),
 }
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CUDA_CASES.keys())
 def test_cuda_serves_grouped_heads_and_both_alignments(case):
-    """bf16 on the kernels (through the ATen blocks of src/ops/flash_blocks.h where the mask is not the
-    square's) against the fp64 reference of the same rounded inputs, within bf16 noise."""
+    """bf16 on the kernels (grouped heads by index, every mask in the kernels) against the fp64 reference of
+    the same rounded inputs, within bf16 noise."""
     shape_q, shape_kv, kwargs = CUDA_CASES[case]
     q = torch.randn(*shape_q, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k, v = (torch.randn(*shape_kv, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in "kv")
@@ -360,13 +362,24 @@ def test_cuda_serves_grouped_heads_and_both_alignments(case):
 
 
 @pytest.mark.gpu
-def test_cuda_refuses_what_runs_on_cpu_only_for_now():
-    q = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="window_left = 8 .*CPU only for now"):
-        flash_attn_func(q, q, q, causal=True, window_size=(8, 0))
-    cu = cu_seqlens([30, 34]).cuda()
-    with pytest.raises(RuntimeError, match=r"cu_seqlens\) run on CPU only for now"):
-        flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 34, 34)
+@pytest.mark.parametrize("window", [(-1, -1), (16, 0)], ids=["causal", "sliding"])
+def test_cuda_packed_batches_match_the_reference(window):
+    """flash_attn_varlen_func on the kernels: an empty sequence, a one-token one, Nq != Nk, rows past the last
+    offset, grouped heads; bf16 against the fp64 reference of the rounded inputs."""
+    lens_q, lens_k, pad = [37, 0, 130, 1, 64], [37, 12, 150, 1, 60], 3
+    q = torch.randn(sum(lens_q) + pad, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(sum(lens_k), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in "kv")
+    cq, ck = cu_seqlens(lens_q).cuda(), cu_seqlens(lens_k).cuda()
+    out = flash_attn_varlen_func(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True, window_size=window)
+    q64, k64, v64 = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    ref, _ = reference_varlen(q64, k64, v64, lens_q, lens_k, True, window)
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=2e-2, atol=2e-2)
+    dout = torch.randn_like(ref)
+    got = torch.autograd.grad(out, (q, k, v), dout.to("cuda", torch.bfloat16))
+    want = torch.autograd.grad(ref, (q64, k64, v64), dout)
+    for name, g, w in zip("qkv", got, want):
+        torch.testing.assert_close(g.double().cpu(), w, rtol=4e-2, atol=4e-2, msg=lambda m: f"d{name}: {m}")
 
 
 def test_meta_inputs_mixed_with_cpu_are_refused():

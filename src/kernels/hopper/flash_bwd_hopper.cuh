@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kernels/flash_params.h"
+#include "kernels/flash_sequence.cuh"
 #include "kernels/hopper/flash_fwd_hopper.cuh"  // pack2
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/wgmma_ops.cuh"
@@ -140,7 +141,7 @@ __host__ __device__ inline BwdTile bwd_tile(int linear, int n_blocks, int batch_
   return {rest / heads, first_bh + rest % heads};
 }
 
-template <typename C, bool Causal>
+template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const __grid_constant__ BwdMaps maps,
                                                                           const FlashParams p, int heads_per_section) {
   using T = typename C::T;
@@ -165,12 +166,33 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // barrier; compute-sanitizer's racecheck flagged the L / D rewrite when one lane arrived per warp).
   uint64_t* q_empty = q_full + kStages;
 
-  const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * p.heads, heads_per_section);
-  const int n_block = tile.n_block, bh = tile.bh, b = bh / p.heads, h = bh % p.heads;
+  // One block per (K/V head, 128 keys), walking the query tiles of every query head of its group (Note [grouped
+  // heads] in flash_bwd_kernel.cuh): iteration it is tile m_first + it % m_count of query head
+  // hk * group + it / m_count, the same in the producer, the row warp, the writer and the consumers.
+  const int heads_k = flash_heads_k(p), group = flash_group(p);
+  const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * heads_k, heads_per_section);
+  const int n_block = tile.n_block, b = tile.bh / heads_k, hk = tile.bh % heads_k;
   const int n0 = n_block * kBlockN;
-  // Causal: query tiles wholly before the block's first key see none of its keys and are skipped.
-  const int m_first = Causal ? n0 / kBlockM : 0;
-  const int m_tiles = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const FlashSeq seq = flash_seq(p, b);
+  if (n0 >= seq.len_k) return;  // a packed batch's shorter sequence: the grid is sized by the longest
+  // Query tiles holding a query that sees a key of the block (Note [mask tiles], flash_fwd_kernel.cuh).
+  const int m_first = Masked ? seq.query_begin(n0) / kBlockM : 0;
+  const int m_stop = Masked ? seq.query_end(min(n0 + kBlockN, seq.len_k)) : seq.len_q;
+  const int m_count = m_stop > m_first * kBlockM ? (m_stop - m_first * kBlockM + kBlockM - 1) / kBlockM : 0;
+  const int iters = m_count * group;
+  // (query head, query tile) of an iteration, stepped one iteration at a time: no division in the producer
+  // warpgroup's 24 registers.
+  struct Walk {
+    int h, m;
+  };
+  const Walk walk0{hk * group, m_first};
+  auto step_walk = [&](Walk& w) {
+    if (++w.m == m_first + m_count) w.m = m_first, ++w.h;
+  };
+  // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it; dq_accum's planes
+  // are (batch, head) dense and heads packed (make_dq_accum_map).
+  const int q_row = static_cast<int>(seq.q_row0), k_row = static_cast<int>(seq.k_row0);
+  const int tma_b = flash_varlen(p) ? 0 : b;
   // With kUniformWarpgroup the index is broadcast from lane 0, so the compiler knows it is warp-uniform and
   // keeps what derives from it (the group's descriptor bases) in uniform registers instead of moving it
   // there before every wgmma (BwdConfig::kUniformWarpgroup says where that pays).
@@ -203,36 +225,37 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       tma_prefetch_map(&maps.dout);
       mbar_arrive_expect_tx(kv_full, 2 * C::kKVBytes);
       for (int c = 0; c < kChunks; ++c) {
-        tma_load_4d(sK + c * kBlockN * kSwB, &maps.k, kv_full, c * kSwE, n0, h, b);
-        tma_load_4d(sV + c * kBlockN * kSwB, &maps.v, kv_full, c * kSwE, n0, h, b);
+        tma_load_4d(sK + c * kBlockN * kSwB, &maps.k, kv_full, c * kSwE, k_row + n0, hk, tma_b);
+        tma_load_4d(sV + c * kBlockN * kSwB, &maps.v, kv_full, c * kSwE, k_row + n0, hk, tma_b);
       }
-      for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
-        const int s = it % kStages;
+      Walk w = walk0;
+      for (int it = 0; it < iters; ++it, step_walk(w)) {
+        const int s = it % kStages, h = w.h, row = q_row + w.m * kBlockM;
         mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
         mbar_arrive_expect_tx(&q_full[s], 2 * C::kQBytes);
         for (int c = 0; c < kChunks; ++c) {
-          tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, m * kBlockM, h, b);
-          tma_load_4d(sdO + s * C::kQBytes + c * kBlockM * kSwB, &maps.dout, &q_full[s], c * kSwE, m * kBlockM, h, b);
+          tma_load_4d(sQ + s * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[s], c * kSwE, row, h, tma_b);
+          tma_load_4d(sdO + s * C::kQBytes + c * kBlockM * kSwB, &maps.dout, &q_full[s], c * kSwE, row, h, tma_b);
         }
       }
     } else if (warp == 1) {
       // L (natural log, from the forward) goes into the exp2 domain here; rows past the end get L = +inf
       // and D = 0, so their P and dS are exactly 0 without a row mask. The next tile's rows are loaded
       // as soon as this one is stored, so the global latency hides under the wait for the next slot.
-      const float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
-      const float* gDsum = p.dsum + static_cast<int64_t>(bh) * p.seqlen_q;
       constexpr int kRowsPerLane = kBlockM / 32;
       float l_next[kRowsPerLane], d_next[kRowsPerLane];
-      auto fetch = [&](int m) {
+      auto fetch = [&](const Walk& w) {
+        const int64_t stat0 = seq.stat_row0(w.h);
 #pragma unroll
         for (int r = 0; r < kRowsPerLane; ++r) {
-          const int row = m * kBlockM + lane + 32 * r;
-          l_next[r] = row < p.seqlen_q ? __ldg(gL + row) * static_cast<float>(M_LOG2E) : INFINITY;
-          d_next[r] = row < p.seqlen_q ? __ldg(gDsum + row) : 0.f;
+          const int row = w.m * kBlockM + lane + 32 * r;
+          l_next[r] = row < seq.len_q ? __ldg(p.lse + stat0 + row) * static_cast<float>(M_LOG2E) : INFINITY;
+          d_next[r] = row < seq.len_q ? __ldg(p.dsum + stat0 + row) : 0.f;
         }
       };
-      fetch(m_first);
-      for (int m = m_first, it = 0; m < m_tiles; ++m, ++it) {
+      Walk w = walk0;
+      if (iters > 0) fetch(w);
+      for (int it = 0; it < iters; ++it) {
         const int s = it % kStages;
         mbar_wait(&q_empty[s], ((it / kStages) & 1) ^ 1);
 #pragma unroll
@@ -241,37 +264,45 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           sDsum[s * kBlockM + lane + 32 * r] = d_next[r];
         }
         mbar_arrive(&q_full[s]);
-        if (m + 1 < m_tiles) fetch(m + 1);
+        step_walk(w);
+        if (it + 1 < iters) fetch(w);
       }
     } else if (warp == 2) {
       // Note [dQ by TMA reduce]: the writer. Each group's staging starts free; after each tile's reduces
       // have read it, it is free again (not after the last tile: nobody waits for that).
       if (lane == 0) tma_prefetch_map(&maps.dq_accum);
       static_assert(C::kConsumers == 2, "the writer's wait_group counts assume two groups");
-      for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+      // (A block no query sees runs no tile: its consumers never wait, so nothing is handed over.)
+      if (iters > 0)
+        for (int g = 0; g < C::kConsumers; ++g) named_arrive(kBarDqEmpty + g, kDqBarThreads);
       // Note [deterministic dQ]. With p.dq_semaphore, every query tile has a counter of the key blocks that
       // have added into it; block n waits until it reads n (acquire), adds, waits until its adds are done
       // and bumps the counter (release). Every tile's partial sums then land in key-block order, whatever
       // order the blocks run in. Blocks of a head start in key-block order (Note [bwd grid order]) and
       // block n - 1 is always ahead of block n, so the waits end; the cost is that block n trails n - 1.
+      // Under a mask the key blocks that reach a query tile are a run n_lo .. n_hi (n_lo: the block of the first
+      // key a row of the tile sees), so block n waits for n - n_lo.
       const int64_t tiles64 = (p.seqlen_q + 63) / 64;
-      int* semaphore = p.dq_semaphore ? p.dq_semaphore + bh * tiles64 : nullptr;
       // Note [dQ first store]. dq_accum is not zeroed when the caller gives p.dq_tile_ticket (or asks for the
       // deterministic order): per query tile, the block that takes ticket 0 stores its partial dQ (TMA store,
       // not reduce), waits until the store has landed and raises the tile's flag (release); every other block
       // waits for the flag (acquire) before its first add. No wait can block for long: ticket 0 is taken by a
       // running block whose store depends on nothing. In the deterministic order key block 0 is first in
       // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
-      int* tickets = !semaphore && p.dq_tile_ticket ? p.dq_tile_ticket + bh * tiles64 * 2 : nullptr;
-      for (int m = m_first; m < m_tiles; ++m) {
-        int* turn = semaphore ? semaphore + m * (kBlockM / 64) : nullptr;
-        int* ticket = tickets ? tickets + m * (kBlockM / 64) * 2 : nullptr;  // [0] tickets taken, [1] stored
+      // Packed batches never store: a 64-row tile of one sequence overlaps the next one's rows (flash_params.h).
+      Walk w = walk0;
+      for (int it = 0; it < iters; ++it, step_walk(w)) {
+        const int h = w.h, m = w.m;
+        const int64_t tile_index = (static_cast<int64_t>(b) * p.heads + h) * tiles64 + m * (kBlockM / 64);
+        int* turn = p.dq_semaphore ? p.dq_semaphore + tile_index : nullptr;
+        int* ticket = !turn && p.dq_tile_ticket ? p.dq_tile_ticket + tile_index * 2 : nullptr;  // [0] taken, [1] stored
         bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
         if (turn && lane == 0) {
-          while (ld_acquire_gpu(turn) != n_block) {
+          const int n_lo = Masked ? seq.key_begin(m * kBlockM) / kBlockN : 0;
+          while (ld_acquire_gpu(turn) != n_block - n_lo) {
           }
           fence_proxy_async_global();  // the adds below (async proxy) after the acquire
-          store = n_block == 0;
+          store = n_block == n_lo && !flash_varlen(p);
         } else if (ticket && lane == 0) {
           store = atomicAdd(ticket, 1) == 0;
           if (!store) {
@@ -288,11 +319,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
             const unsigned char* stage = smem + C::kOffDQ + g * C::kDqStageBytes;
             const int chunks = (dq_cols_added(g) + C::kDqChunkCols - 1) / C::kDqChunkCols;
             for (int c = 0; c < chunks; ++c) {
-              const int col = dq_col0(g) + c * C::kDqChunkCols, row = m * kBlockM + dq_row0(g);
+              const int col = dq_col0(g) + c * C::kDqChunkCols, row = q_row + m * kBlockM + dq_row0(g);
+              const int plane = seq.plane_base + h;
               if (store)
-                tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+                tma_store_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, plane);
               else
-                tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, bh);
+                tma_reduce_add_3d(stage + c * C::kDqChunkBytes, &maps.dq_accum, col, row, plane);
             }
             bulk_commit();
           }
@@ -309,7 +341,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         for (int g = 0; g < C::kConsumers; ++g) {
           if (lane == 0) g == 0 ? bulk_wait_read<1>() : bulk_wait_read<0>();
           __syncwarp();
-          if (m + 1 < m_tiles) named_arrive(kBarDqEmpty + g, kDqBarThreads);
+          if (it + 1 < iters) named_arrive(kBarDqEmpty + g, kDqBarThreads);
         }
       }
       if (lane == 0) bulk_wait_all();
@@ -470,10 +502,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
+  Walk w = walk0;
 #pragma unroll 1
-  for (int it = 0; it < m_tiles - m_first; ++it) {
+  for (int it = 0; it < iters; ++it, step_walk(w)) {
     const int s = it % kStages, buf = it & 1;
-    const int m0 = (m_first + it) * kBlockM;
+    const int m0 = w.m * kBlockM;
     const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
     const float* l_s = sL + s * kBlockM;
     const float* dsum_s = sDsum + s * kBlockM;
@@ -490,12 +523,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
 
     wgmma_wait<1>();
     fence_regs(s_acc);
-    // P^T = exp2(S^T scale log2e - L log2e); only the diagonal tile and the key tail are masked. Two
+    // P^T = exp2(S^T scale log2e - L log2e); only tiles across a bound of the mask and the key tail are masked. Two
     // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
     // inside it, ptxas predicated the mask's compares and selects, which then took issue slots on every tile
     // (~190 of ~1,000 instructions per consumer warp and tile at d = 64: docs/flash_notes.md, v5.2).
-    const bool masked = key0 + C::kKeysPerGroup > p.seqlen_k || (Causal && m0 < key0 + C::kKeysPerGroup - 1);
+    const bool masked = key0 + C::kKeysPerGroup > seq.len_k ||
+                        (Masked && !seq.tile_free(m0, m0 + kBlockM, key0, key0 + C::kKeysPerGroup));
     auto softmax = [&](auto mask) {
+      // The queries that see this thread's keys, [q_lo, q_hi] (none for a key past the end): two compares per
+      // entry. Computed here, in the masked copy only, so the unmasked tiles keep no registers for them.
+      int q_lo_a = INT_MIN, q_hi_a = INT_MAX, q_lo_b = INT_MIN, q_hi_b = INT_MAX;
+      if constexpr (decltype(mask)::value) {
+        q_lo_a = key_a >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_a) : INT_MIN;
+        q_hi_a = Masked ? seq.last_query(key_a) : INT_MAX;
+        q_lo_b = key_b >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_b) : INT_MIN;
+        q_hi_b = Masked ? seq.last_query(key_b) : INT_MAX;
+      }
 #pragma unroll
       for (int i = 0; i < kBlockM / 8; ++i) {
         const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
@@ -506,8 +549,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
           float pb = fast_exp2(fmaf(s_acc[4 * i + 2 + e], scale_log2, -le));
           if constexpr (decltype(mask)::value) {
             const int q = m0 + 8 * i + col_in_tile + e;
-            if (key_a >= p.seqlen_k || (Causal && key_a > q)) pa = 0.f;
-            if (key_b >= p.seqlen_k || (Causal && key_b > q)) pb = 0.f;
+            if (q < q_lo_a || q > q_hi_a) pa = 0.f;
+            if (q < q_lo_b || q > q_hi_b) pb = 0.f;
           }
           s_acc[4 * i + e] = pa;
           s_acc[4 * i + 2 + e] = pb;
@@ -566,12 +609,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
-  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + h * p.dk_head_stride;
-  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + h * p.dv_head_stride;
+  T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + seq.k_row0 * p.dk_row_stride;
+  T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + seq.k_row0 * p.dv_row_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = r ? key_b : key_a;
-    if (key >= p.seqlen_k) continue;
+    if (key >= seq.len_k) continue;
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       const int col = 8 * i + col_in_tile;

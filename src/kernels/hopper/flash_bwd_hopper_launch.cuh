@@ -14,11 +14,12 @@
 
 namespace lmscale::kernels::hopper {
 
-// The map the dQ writer reduces into (Note [dQ by TMA reduce]): dq_accum as fp32 (d, row, batch * head),
-// boxes of 32 columns x 64 rows with the 128-byte swizzle; rows and columns past the end are skipped.
+// The map the dQ writer reduces into (Note [dQ by TMA reduce]): dq_accum as fp32 (d, row, plane), one plane per
+// (batch, head) dense and per head packed (flash_stat_rows / flash_stat_planes), boxes of 32 columns x 64 rows with
+// the 128-byte swizzle; rows and columns past the end are skipped.
 inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_cols) {
-  const cuuint64_t dims[3] = {cuuint64_t(p.head_dim), cuuint64_t(p.seqlen_q), cuuint64_t(p.batch) * p.heads};
-  const cuuint64_t strides[2] = {cuuint64_t(p.head_dim) * 4, cuuint64_t(p.seqlen_q) * p.head_dim * 4};
+  const cuuint64_t dims[3] = {cuuint64_t(p.head_dim), cuuint64_t(flash_stat_rows(p)), cuuint64_t(flash_stat_planes(p))};
+  const cuuint64_t strides[2] = {cuuint64_t(p.head_dim) * 4, cuuint64_t(flash_stat_rows(p)) * p.head_dim * 4};
   const cuuint32_t box[3] = {cuuint32_t(box_cols), 64, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   if (reinterpret_cast<uintptr_t>(p.dq_accum) % 16 != 0) return false;
@@ -26,13 +27,14 @@ inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_co
                              CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// Note [bwd grid order] (flash_bwd_hopper.cuh): the largest power of two of heads whose Q, dO (input
-// dtype) and dq_accum (fp32) take at most 40 MB, under the H100's 50 MB of L2, at least one.
+// Note [bwd grid order] (flash_bwd_hopper.cuh): the largest power of two of K/V heads whose query heads' Q, dO
+// (input dtype) and dq_accum (fp32) take at most 40 MB, under the H100's 50 MB of L2, at least one.
 inline int bwd_heads_per_section(const FlashParams& p) {
-  const int64_t bytes_per_head = static_cast<int64_t>(p.seqlen_q) * p.head_dim * (2 + 2 + 4);
+  const int64_t bytes_per_head = static_cast<int64_t>(p.seqlen_q) * p.head_dim * (2 + 2 + 4) * flash_group(p);
   const int64_t budget = int64_t(40) << 20;
+  const int kv_heads = p.batch * flash_heads_k(p);
   int heads = 1;
-  while (heads * 2 <= p.batch * p.heads && bytes_per_head * heads * 2 <= budget) heads *= 2;
+  while (heads * 2 <= kv_heads && bytes_per_head * heads * 2 <= budget) heads *= 2;
   return heads;
 }
 
@@ -42,19 +44,20 @@ template <typename C>
 bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
   BwdMaps maps;
   if (!make_dq_accum_map(&maps.dq_accum, p, C::kDqChunkCols)) return false;
-  if (!make_map(&maps.q, p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems,
+  const FlashRowsView qv = flash_q_view(p), kv = flash_k_view(p);
+  if (!make_map(&maps.q, p, p.q, qv, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems, C::kBlockM,
+                C::kSwizzleBytes) ||
+      !make_map(&maps.dout, p, p.dout, qv, p.do_row_stride, p.do_head_stride, p.do_batch_stride, C::kSwizzleElems,
                 C::kBlockM, C::kSwizzleBytes) ||
-      !make_map(&maps.dout, p, p.dout, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride,
-                C::kSwizzleElems, C::kBlockM, C::kSwizzleBytes) ||
-      !make_map(&maps.k, p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems,
-                C::kBlockN, C::kSwizzleBytes) ||
-      !make_map(&maps.v, p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems,
-                C::kBlockN, C::kSwizzleBytes))
+      !make_map(&maps.k, p, p.k, kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems, C::kBlockN,
+                C::kSwizzleBytes) ||
+      !make_map(&maps.v, p, p.v, kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems, C::kBlockN,
+                C::kSwizzleBytes))
     return false;
   const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * p.heads;
+  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * flash_heads_k(p);  // per K/V head
   if (blocks > 0x7fffffff) throw std::runtime_error("flash_bwd_hopper_kernel: " + std::to_string(blocks) + " blocks exceed the grid");
-  auto* kernel = p.is_causal ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
+  auto* kernel = flash_masked(p) ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, true>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));

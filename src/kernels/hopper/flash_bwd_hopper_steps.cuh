@@ -19,15 +19,13 @@ namespace lmscale::kernels::hopper {
 // 8-column groups in the order of Note [dQ pairs split] (flash_bwd_hopper.cuh), which the conversion restores.
 template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
-  const int batch_heads = p.batch * p.heads;
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
-  flash::launch_flash_bwd_preprocess<T, D>(p, stream, /*zero_dq_accum=*/!p.dq_tile_ticket && !p.dq_semaphore);
+  // Packed batches: the caller zeroed dq_accum, every row (FlashParams::cu_seqlens_q).
+  flash::launch_flash_bwd_preprocess<T, D>(p, stream,
+                                          /*zero_dq_accum=*/!p.dq_tile_ticket && !p.dq_semaphore && !p.cu_seqlens_q);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
   main_kernel(p, stream);
-  const int64_t chunks = static_cast<int64_t>(batch_heads) * p.seqlen_q * (D / 8);
-  constexpr int kConvThreads = 256;
-  flash::flash_bwd_convert_dq_kernel<T, D, /*kPairsSplit=*/true>
-      <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
+  flash::launch_flash_bwd_convert_dq<T, D, /*kPairsSplit=*/true>(p, stream);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
 }
 

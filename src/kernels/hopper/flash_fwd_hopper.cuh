@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/flash_params.h"
+#include "kernels/flash_sequence.cuh"
 #include "kernels/hopper/flash_hopper_tiles.h"
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/wgmma_ops.cuh"
@@ -95,7 +96,7 @@ struct FwdMaps {
 // keys are one atom further (stride byte offset), the next column chunk a whole chunk further (leading
 // byte offset), and a 16-key step advances 16 rows.
 
-template <typename C, bool Causal>
+template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
                                                                           const FlashParams p) {
   using T = typename C::T;
@@ -118,10 +119,17 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
 
   // Heaviest causal query tiles first (Note [grid order] in flash_fwd_kernel.cuh).
   const int m_block = gridDim.y - 1 - blockIdx.y;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, hk = h / flash_group(p);
   const int m0 = m_block * kBlockM;
-  const int n_end = Causal ? min(p.seqlen_k, m0 + kBlockM) : p.seqlen_k;
-  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+  const FlashSeq seq = flash_seq(p, b);
+  if (m0 >= seq.len_q) return;  // a packed batch's shorter sequence: the grid is sized by the longest
+  // Note [mask tiles] (flash_fwd_kernel.cuh): key tiles [n_first, n_first + n_tiles * kBlockN) only.
+  const int n_first = Masked ? seq.key_begin(m0) / kBlockN * kBlockN : 0;
+  const int n_end = Masked ? seq.key_end(min(m0 + kBlockM, seq.len_q)) : seq.len_k;
+  const int n_tiles = n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0;
+  // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
+  const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
+  const int tma_b = flash_varlen(p) ? 0 : b;
   // Broadcast from lane 0 so the compiler knows it is warp-uniform (descriptor bases stay in uniform registers).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
@@ -140,16 +148,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && n_tiles > 0) {
       tma_prefetch_map(&maps.q);
       tma_prefetch_map(&maps.k);
       tma_prefetch_map(&maps.v);
       mbar_arrive_expect_tx(q_full, C::kQBytes);
       for (int c = 0; c < kChunks; ++c)
-        tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, m0, h, b);
+        tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, q_row, h, tma_b);
       // Key tiles are walked from the last to the first, so the masked ones (diagonal, tail) come first.
       for (int it = 0; it < n_tiles; ++it) {
-        const int n0 = (n_tiles - 1 - it) * kBlockN;
+        const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
         const int s = it % kStages;
         const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
         unsigned char* k_slot = sK + s * C::kKVBytes;
@@ -157,11 +165,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         mbar_wait(&k_empty[s], free_parity);
         mbar_arrive_expect_tx(&k_full[s], C::kKVBytes);
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(k_slot + c * kBlockN * kSwB, &maps.k, &k_full[s], c * kSwE, n0, h, b);
+          tma_load_4d(k_slot + c * kBlockN * kSwB, &maps.k, &k_full[s], c * kSwE, k_row + n0, hk, tma_b);
         mbar_wait(&v_empty[s], free_parity);
         mbar_arrive_expect_tx(&v_full[s], C::kKVBytes);
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, n0, h, b);
+          tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, k_row + n0, hk, tma_b);
       }
     }
     return;
@@ -210,16 +218,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       wgmma_rs<T, D>(acc_o, p_frag[kk], db, 1);
     }
   };
-  // Causal and key-tail masking; only tiles that cross the diagonal or the end of the keys call it.
+  // The mask and key-tail masking; only tiles that cross a bound of the mask or the end of the keys call it.
   auto mask = [&](int n0) {
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = n0 + 8 * i + col_in_tile + e;
-        const bool out = col >= p.seqlen_k;
-        if (out || (Causal && col > row_a)) s_acc[4 * i + e] = -INFINITY;
-        if (out || (Causal && col > row_b)) s_acc[4 * i + 2 + e] = -INFINITY;
+        const bool out = col >= seq.len_k;
+        if (out || (Masked && !seq.sees(row_a, col))) s_acc[4 * i + e] = -INFINITY;
+        if (out || (Masked && !seq.sees(row_b, col))) s_acc[4 * i + 2 + e] = -INFINITY;
       }
     }
   };
@@ -286,14 +294,18 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     if constexpr (C::kPingPong)
       if (!(last && wg == 1)) named_arrive(1 + (wg ^ 1), 256);
   };
+  auto needs_mask = [&](int n0) {
+    return n0 + kBlockN > seq.len_k || (Masked && !seq.tile_free(m0, m0 + kBlockM, n0, n0 + kBlockN));
+  };
+
+  // Rows that see no key at all (the whole tile; n_tiles is the block's): O = 0, L = +inf, nothing loaded.
+  if (n_tiles > 0) {
   if constexpr (C::kPingPong)
     if (wg == 1) named_arrive(1, 256);
-  auto needs_mask = [&](int n0) { return n0 + kBlockN > p.seqlen_k || (Causal && n0 + kBlockN - 1 > m0); };
-
   mbar_wait(q_full, 0);
   // First key tile: nothing to overlap with yet.
   {
-    const int n0 = (n_tiles - 1) * kBlockN;
+    const int n0 = n_first + (n_tiles - 1) * kBlockN;
     mbar_wait(&k_full[0], 0);
     turn_begin();
     wgmma_fence();
@@ -310,7 +322,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     convert_p();
   }
   for (int it = 1; it < n_tiles; ++it) {
-    const int n0 = (n_tiles - 1 - it) * kBlockN;
+    const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
     const int s = it % kStages, s_prev = (it - 1) % kStages;
     const uint32_t parity = (it / kStages) & 1, parity_prev = ((it - 1) / kStages) & 1;
     mbar_wait(&k_full[s], parity);
@@ -351,6 +363,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     __syncwarp();
     if (lane == 0) mbar_arrive(&v_empty[s_last]);
   }
+  }  // n_tiles > 0
 
   // Epilogue: O / l in the input dtype, L = m * scale + log l (natural log, like the mma.sync kernel).
 #pragma unroll
@@ -359,20 +372,20 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
   }
   const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  float* gL = p.lse + static_cast<int64_t>(bh) * p.seqlen_q;
+  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + seq.q_row0 * p.o_row_stride;
+  float* gL = p.lse + seq.stat_row0(h);
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) {
     const int col = 8 * i + col_in_tile;
-    if (row_a < p.seqlen_q)
+    if (row_a < seq.len_q)
       *reinterpret_cast<uint32_t*>(gO + row_a * p.o_row_stride + col) = pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
-    if (row_b < p.seqlen_q)
+    if (row_b < seq.len_q)
       *reinterpret_cast<uint32_t*>(gO + row_b * p.o_row_stride + col) =
           pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
   }
   if (lane % 4 == 0) {
-    if (row_a < p.seqlen_q) gL[row_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
-    if (row_b < p.seqlen_q) gL[row_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
+    if (row_a < seq.len_q) gL[row_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
+    if (row_b < seq.len_q) gL[row_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
   }
 }
 

@@ -1,5 +1,5 @@
 // Host side of one Hopper forward variant (flash_fwd_hopper.cuh): the TMA tensor maps, the shared
-// memory opt-in, the grid, the causal switch. Instantiated per dtype in flash_fwd_hopper_{bf16,fp16}.cu
+// memory opt-in, the grid, the mask switch. Instantiated per dtype in flash_fwd_hopper_{bf16,fp16}.cu
 // for the shipped variants; tools/flash_hopper_probe.cu instantiates others to compare.
 #pragma once
 #include <cuda.h>
@@ -66,16 +66,17 @@ inline bool encode_tiled_cached(CUtensorMap* map, CUtensorMapDataType dtype, cuu
   });
 }
 
-// A 4-D map (d, row, head, batch) over q, k or v with boxes of box_cols x box_rows and the given swizzle.
-// False when TMA cannot describe the tensor.
-inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, int rows, int64_t row_stride,
+// A 4-D map (d, row, head, batch) over q, k or v (shape `view`: flash_q_view / flash_k_view) with boxes of
+// box_cols x box_rows and the given swizzle. False when TMA cannot describe the tensor.
+inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, FlashRowsView view, int64_t row_stride,
                      int64_t head_stride, int64_t batch_stride, int box_cols, int box_rows, int swizzle_bytes) {
   constexpr int64_t kElem = 2;
   // A size-1 dimension's stride is never used; TMA still wants it a 16-byte multiple.
-  if (rows == 1) row_stride = p.head_dim;
-  if (p.heads == 1) head_stride = row_stride * rows;
-  if (p.batch == 1) batch_stride = head_stride * p.heads;
-  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(rows), cuuint64_t(p.heads), cuuint64_t(p.batch)};
+  if (view.rows == 1) row_stride = p.head_dim;
+  if (view.heads == 1) head_stride = row_stride * view.rows;
+  if (view.batch == 1) batch_stride = head_stride * view.heads;
+  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(view.rows), cuuint64_t(view.heads),
+                              cuuint64_t(view.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride * kElem), cuuint64_t(head_stride * kElem),
                                  cuuint64_t(batch_stride * kElem)};
   for (cuuint64_t s : strides)
@@ -92,16 +93,17 @@ inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, in
 template <typename C>
 bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
   FwdMaps maps;
-  if (!make_map(&maps.q, p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems,
-                C::kBlockM, C::kSwizzleBytes) ||
-      !make_map(&maps.k, p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems,
-                C::kBlockN, C::kSwizzleBytes) ||
-      !make_map(&maps.v, p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems,
-                C::kBlockN, C::kSwizzleBytes))
+  const FlashRowsView qv = flash_q_view(p), kv = flash_k_view(p);
+  if (!make_map(&maps.q, p, p.q, qv, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems, C::kBlockM,
+                C::kSwizzleBytes) ||
+      !make_map(&maps.k, p, p.k, kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems, C::kBlockN,
+                C::kSwizzleBytes) ||
+      !make_map(&maps.v, p, p.v, kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems, C::kBlockN,
+                C::kSwizzleBytes))
     return false;
   const int m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
   check_grid_y(m_blocks, "flash_fwd_hopper_kernel");
-  auto* kernel = p.is_causal ? flash_fwd_hopper_kernel<C, true> : flash_fwd_hopper_kernel<C, false>;
+  auto* kernel = flash_masked(p) ? flash_fwd_hopper_kernel<C, true> : flash_fwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, true>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));

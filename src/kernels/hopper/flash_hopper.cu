@@ -11,6 +11,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/flash_head_dims.h"
+#include "kernels/flash_sequence.cuh"
 #include "kernels/hopper/flash_bwd_hopper.cuh"  // BwdShipped
 #include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped
 #include "kernels/hopper/flash_hopper_tiles.h"
@@ -64,9 +65,9 @@ bool device_is_sm90() {
 
 // TMA addresses global memory in 16-byte units: base pointers and every stride of a dimension that is
 // walked (size > 1) must be 16-byte multiples. flash_params.h already asks rows to start 16-byte aligned.
-bool tma_describable(const FlashParams& p, const void* ptr, int rows, int64_t row, int64_t head, int64_t batch) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows == 1 || row % 8 == 0) && (p.heads == 1 || head % 8 == 0) &&
-         (p.batch == 1 || batch % 8 == 0);
+bool tma_describable(const void* ptr, FlashRowsView view, int64_t row, int64_t head, int64_t batch) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (view.rows == 1 || row % 8 == 0) &&
+         (view.heads == 1 || head % 8 == 0) && (view.batch == 1 || batch % 8 == 0);
 }
 
 }  // namespace
@@ -74,11 +75,11 @@ bool tma_describable(const FlashParams& p, const void* ptr, int rows, int64_t ro
 std::string fwd_unsupported_reason(const FlashParams& p) {
   if (!HopperHeadDims::contains(p.head_dim))
     return "head_dim " + std::to_string(p.head_dim) + " has no Hopper kernel; supported: " + HopperHeadDims::str();
-  if (p.is_causal && p.seqlen_q != p.seqlen_k) return "causal attention needs seqlen_q == seqlen_k";
   if (!device_is_sm90()) return "the current device is not sm_90 (the kernels are sm_90a code)";
-  if (!tma_describable(p, p.q, p.seqlen_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
-      !tma_describable(p, p.k, p.seqlen_k, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
-      !tma_describable(p, p.v, p.seqlen_k, p.v_row_stride, p.v_head_stride, p.v_batch_stride))
+  const FlashRowsView qv = flash_q_view(p), kv = flash_k_view(p);
+  if (!tma_describable(p.q, qv, p.q_row_stride, p.q_head_stride, p.q_batch_stride) ||
+      !tma_describable(p.k, kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride) ||
+      !tma_describable(p.v, kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride))
     return "q/k/v base addresses or strides are not 16-byte multiples, which TMA needs";
   return {};
 }
@@ -86,7 +87,7 @@ std::string fwd_unsupported_reason(const FlashParams& p) {
 std::string bwd_unsupported_reason(const FlashParams& p) {
   std::string why = fwd_unsupported_reason(p);
   if (!why.empty()) return why;
-  if (!tma_describable(p, p.dout, p.seqlen_q, p.do_row_stride, p.do_head_stride, p.do_batch_stride))
+  if (!tma_describable(p.dout, flash_q_view(p), p.do_row_stride, p.do_head_stride, p.do_batch_stride))
     return "dout's base address or strides are not 16-byte multiples, which TMA needs";
   return {};
 }

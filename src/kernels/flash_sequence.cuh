@@ -1,0 +1,94 @@
+// Where one (batch, query head) of a FlashAttention call lives and what its mask lets it see (flash_params.h,
+// docs/spec.md §3.6): the sequence's lengths, the first rows of its tensors (packed variable-length batches), its
+// K/V head (grouped-query attention) and the mask's tile arithmetic. Shared by the mma.sync, Hopper and fp32
+// kernels, so every family skips the same tiles and masks the same entries as ops/flash_reference.h.
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "kernels/flash_params.h"
+
+namespace lmscale::kernels {
+
+// Whether any mask bound applies: the kernels' Masked template switch (without one, only key tails are masked).
+__host__ __device__ __forceinline__ bool flash_masked(const FlashParams& p) {
+  return p.is_causal || p.window_left >= 0 || p.window_right >= 0;
+}
+__host__ __device__ __forceinline__ int flash_heads_k(const FlashParams& p) { return p.heads_k > 0 ? p.heads_k : p.heads; }
+// Query heads per K/V head.
+__host__ __device__ __forceinline__ int flash_group(const FlashParams& p) { return p.heads / flash_heads_k(p); }
+__host__ __device__ __forceinline__ bool flash_varlen(const FlashParams& p) { return p.cu_seqlens_q != nullptr; }
+
+// The rows and heads of q (or o, dout, dq) and of k (or v, dk, dv) as their TMA maps see them: (rows, heads, batch);
+// packed batches are one batch of total rows.
+struct FlashRowsView {
+  int rows, heads, batch;
+};
+__host__ __device__ __forceinline__ FlashRowsView flash_q_view(const FlashParams& p) {
+  return flash_varlen(p) ? FlashRowsView{p.total_q, p.heads, 1} : FlashRowsView{p.seqlen_q, p.heads, p.batch};
+}
+__host__ __device__ __forceinline__ FlashRowsView flash_k_view(const FlashParams& p) {
+  return flash_varlen(p) ? FlashRowsView{p.total_k, flash_heads_k(p), 1}
+                         : FlashRowsView{p.seqlen_k, flash_heads_k(p), p.batch};
+}
+
+// The rows of lse, dsum and dq_accum (one "plane" per (batch, head) dense, per head packed) and how many planes.
+__host__ __device__ __forceinline__ int64_t flash_stat_rows(const FlashParams& p) {
+  return flash_varlen(p) ? p.total_q : p.seqlen_q;
+}
+__host__ __device__ __forceinline__ int64_t flash_stat_planes(const FlashParams& p) {
+  return flash_varlen(p) ? p.heads : static_cast<int64_t>(p.batch) * p.heads;
+}
+
+// Sequence b of a call (every head of it shares lengths and mask).
+struct FlashSeq {
+  int len_q, len_k;
+  int64_t q_row0, k_row0;  // the sequence's first row in q/o/dout/dq and in k/v/dk/dv (packed batches; else 0)
+  int64_t stat_base, stat_head_stride;  // row of (b, h) in lse/dsum/dq_accum: stat_base + h * stat_head_stride
+  int plane_base;                       // plane of (b, h) in dq_accum's (row, plane) view: plane_base + h
+  int shift, left, right;               // the mask; a negative side is unbounded
+
+  __device__ int64_t stat_row0(int h) const { return stat_base + h * stat_head_stride; }
+
+  // Keys [key_begin(i0), key_end(i1)) hold every key some query of rows [i0, i1) sees (empty when begin >= end).
+  __device__ int key_begin(int i0) const { return left >= 0 ? max(0, i0 + shift - left) : 0; }
+  __device__ int key_end(int i1) const { return right >= 0 ? min(len_k, i1 + shift + right) : len_k; }
+  // Queries [query_begin(j0), query_end(j1)) hold every query that sees some key of [j0, j1).
+  __device__ int query_begin(int j0) const { return right >= 0 ? max(0, j0 - shift - right) : 0; }
+  __device__ int query_end(int j1) const { return left >= 0 ? min(len_q, j1 - shift + left) : len_q; }
+  // Whether query i sees key j by the mask's bounds (tails, i >= len_q or j >= len_k, are the caller's).
+  __device__ bool sees(int i, int j) const {
+    return (left < 0 || j >= i + shift - left) && (right < 0 || j <= i + shift + right);
+  }
+  // The queries that see key j by the bounds are [first_query(j), last_query(j)]: for a kernel whose thread keeps
+  // one key for the whole block, two compares per entry instead of sees().
+  __device__ int first_query(int j) const { return right >= 0 ? j - shift - right : INT_MIN; }
+  __device__ int last_query(int j) const { return left >= 0 ? j - shift + left : INT_MAX; }
+  // Whether every query of [i0, i1) sees every key of [j0, j1) by the bounds: such a tile needs no mask.
+  __device__ bool tile_free(int i0, int i1, int j0, int j1) const {
+    return (left < 0 || j0 >= i1 - 1 + shift - left) && (right < 0 || j1 - 1 <= i0 + shift + right);
+  }
+};
+
+__device__ __forceinline__ FlashSeq flash_seq(const FlashParams& p, int b) {
+  FlashSeq s;
+  if (flash_varlen(p)) {
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    s.len_q = p.cu_seqlens_q[b + 1] - q0;
+    s.len_k = p.cu_seqlens_k[b + 1] - k0;
+    s.q_row0 = q0, s.k_row0 = k0;
+    s.stat_base = q0, s.stat_head_stride = p.total_q;
+    s.plane_base = 0;
+  } else {
+    s.len_q = p.seqlen_q, s.len_k = p.seqlen_k;
+    s.q_row0 = s.k_row0 = 0;
+    s.stat_base = static_cast<int64_t>(b) * p.heads * p.seqlen_q, s.stat_head_stride = p.seqlen_q;
+    s.plane_base = b * p.heads;
+  }
+  s.shift = p.bottom_right ? s.len_k - s.len_q : 0;
+  s.left = p.window_left;
+  s.right = p.is_causal ? 0 : p.window_right;
+  return s;
+}
+
+}  // namespace lmscale::kernels
