@@ -49,19 +49,18 @@ def visible_pairs(nq: int, nk: int, causal: bool, window_left: int = -1) -> int:
 
 
 def timed(fn, warmup: int, iters: int) -> list:
-    """Per-call milliseconds of fn() by CUDA events, after warm-up."""
+    """Per-call milliseconds of fn() by CUDA events, after warm-up: the calls queued back to back with one
+    synchronisation at the end, as a training loop runs them (host time shows only where it outlasts the GPU's)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    events[0].record()
+    for i in range(iters):
         fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return times
+        events[i + 1].record()
+    torch.cuda.synchronize()
+    return [events[i].elapsed_time(events[i + 1]) for i in range(iters)]
 
 
 def sdpa_backend(name):

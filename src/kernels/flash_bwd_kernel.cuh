@@ -3,6 +3,7 @@
 // atomically in fp32), and a kernel that scales and casts the dQ accumulator. Launch choices live in
 // flash_bwd_launch.cuh.
 #pragma once
+#include <climits>
 #include <cmath>
 #include <type_traits>
 
@@ -154,6 +155,22 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
   const float scale_log2 = p.scale * kLog2e;
   const int warp_key0 = warp * kWarpKeys;         // first key row of this warp within the block
   const int key_a = n0 + warp_key0 + lane / 4;    // this thread's keys: key_a + kt*16 + {0, 8}
+  // The queries that see each of this thread's keys, [q_lo, q_hi] (none for a key past the end), fixed for the
+  // block: two compares per masked entry; and the query tiles that see the block's keys whole, m0 in
+  // [free_lo, free_hi] (none at the key tail).
+  int q_lo[kKT][2], q_hi[kKT][2];
+#pragma unroll
+  for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key_a + kt * 16 + r * 8;
+      q_lo[kt][r] = key >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key) : INT_MIN;
+      q_hi[kt][r] = Masked ? seq.last_query(key) : INT_MAX;
+    }
+  const int free_lo = n0 + kBlockN > seq.len_k ? INT_MAX
+                      : Masked && seq.right >= 0 ? n0 + kBlockN - 1 - seq.shift - seq.right
+                                                 : INT_MIN;
+  const int free_hi = Masked && seq.left >= 0 ? n0 - (kBlockM - 1) - seq.shift + seq.left : INT_MAX;
   constexpr int kMTiles = kBlockM / 16;
   constexpr int kNStride = kWarps / kMTiles;      // warps per 16-query dQ tile
   constexpr int kDqTiles = (D / 8) / kNStride;    // adjacent n8 tiles per warp (pairs load with one x4)
@@ -227,17 +244,15 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
           for (int e = 0; e < 4; ++e) {
             float pv = exp2f(fmaf(s[kt][mt][e], scale_log2, -(e % 2 ? l1 : l0)));
             if constexpr (kMasked) {
-              const int key = key_a + kt * 16 + (e / 2) * 8;
               const int q = m0 + q_local + (e % 2);
-              if (q >= seq.len_q || key >= seq.len_k || (Masked && !seq.sees(q, key))) pv = 0.f;
+              if (q >= seq.len_q || q < q_lo[kt][e / 2] || q > q_hi[kt][e / 2]) pv = 0.f;
             }
             s[kt][mt][e] = pv;
             dp[kt][mt][e] = pv * (dp[kt][mt][e] - (e % 2 ? dv.y : dv.x));
           }
       }
     };
-    const bool need_mask =
-        (m0 + kBlockM > seq.len_q) || (n0 + kBlockN > seq.len_k) || (Masked && !seq.tile_free(m0, m0 + kBlockM, n0, n0 + kBlockN));
+    const bool need_mask = m0 + kBlockM > seq.len_q || m0 < free_lo || m0 > free_hi;
     if (need_mask)
       softmax_grad(std::true_type{});
     else
@@ -368,6 +383,41 @@ __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   out.w = Elem<T>::pack(x1.z * p.scale, x1.w * p.scale);
   T* dst = static_cast<T*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride + row * p.dq_row_stride + c;
   *reinterpret_cast<uint4*>(dst) = out;
+}
+
+// dk = dkv_accum's dK * scale, dv = its dV, in the input dtype (FlashParams::dkv_accum: grouped heads split over
+// blocks); one thread per 8 elements of both, over every row (packed rows in no sequence hold 0).
+template <typename T, int D>
+__global__ void flash_bwd_convert_dkv_kernel(const FlashParams p) {
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  constexpr int kChunksPerRow = D / 8;
+  const int64_t plane_rows = flash_kv_rows(p), elems = flash_kv_planes(p) * plane_rows * D;
+  if (chunk >= elems / 8) return;
+  const int64_t flat_row = chunk / kChunksPerRow;
+  const int c = static_cast<int>(chunk % kChunksPerRow) * 8;
+  const int64_t row = flat_row % plane_rows;
+  const int heads_k = flash_heads_k(p);
+  const int plane = static_cast<int>(flat_row / plane_rows), b = plane / heads_k, hk = plane % heads_k;
+  auto convert = [&](const float* src, void* out, int64_t bs, int64_t hs, int64_t rs, float scale) {
+    const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+    uint4 o;
+    o.x = Elem<T>::pack(x0.x * scale, x0.y * scale);
+    o.y = Elem<T>::pack(x0.z * scale, x0.w * scale);
+    o.z = Elem<T>::pack(x1.x * scale, x1.y * scale);
+    o.w = Elem<T>::pack(x1.z * scale, x1.w * scale);
+    *reinterpret_cast<uint4*>(static_cast<T*>(out) + b * bs + hk * hs + row * rs + c) = o;
+  };
+  const float* dk_src = p.dkv_accum + flat_row * D + c;
+  convert(dk_src, p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride, p.scale);
+  convert(dk_src + elems, p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride, 1.f);
+}
+
+template <typename T, int D>
+void launch_flash_bwd_convert_dkv(const FlashParams& p, cudaStream_t stream) {
+  const int64_t chunks = flash_kv_planes(p) * flash_kv_rows(p) * (D / 8);
+  constexpr int kConvThreads = 256;
+  flash_bwd_convert_dkv_kernel<T, D>
+      <<<static_cast<unsigned>((chunks + kConvThreads - 1) / kConvThreads), kConvThreads, 0, stream>>>(p);
 }
 
 template <typename T, int D, bool kPairsSplit = false>

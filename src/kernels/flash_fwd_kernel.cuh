@@ -3,6 +3,7 @@
 // it streams 64-key tiles of K and V through shared memory (kMT > 1 reuses each K/V fragment kMT times). Writes O (input dtype) and L = m + log l
 // (fp32). Grid, shared memory and traits are chosen in flash_fwd_launch.cuh.
 #pragma once
+#include <climits>
 #include <cmath>
 
 #include "kernels/flash_common.cuh"
@@ -75,6 +76,19 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   const int warp_row0 = warp * 16 * kMT;
   // This thread's rows: row_a + mi*16 and row_a + mi*16 + 8 (Note [mma fragments]).
   const int row_a = m0 + warp_row0 + lane / 4;
+  // Each row's visible keys [key_lo, key_hi] (the key tail included), fixed for the block: two compares per masked
+  // entry (Note [mask tiles]); and the key tiles every row sees whole, n0 in [free_lo, free_hi].
+  int key_lo[kMT][2], key_hi[kMT][2];
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_a + mi * 16 + r * 8;
+      key_lo[mi][r] = Masked ? seq.first_key(row) : INT_MIN;
+      key_hi[mi][r] = Masked ? seq.last_key(row) : seq.len_k - 1;
+    }
+  const int free_lo = Masked && seq.left >= 0 ? m0 + kBlockM - 1 + seq.shift - seq.left : INT_MIN;
+  const int free_hi = (Masked && seq.right >= 0 ? min(seq.len_k, m0 + seq.shift + seq.right + 1) : seq.len_k) - kBlockN;
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = n_first + j * kBlockN;
@@ -110,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     }
 
     // Note [mask tiles]: mask only the key tail and tiles that cross a bound of the mask.
-    const bool need_mask = (n0 + kBlockN > seq.len_k) || (Masked && !seq.tile_free(m0, m0 + kBlockM, n0, n0 + kBlockN));
+    const bool need_mask = n0 < free_lo || n0 > free_hi;
     if (need_mask) {
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi)
@@ -119,8 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = n0 + nt * 8 + (lane % 4) * 2 + (e % 2);
-            const int row = row_a + mi * 16 + (e / 2) * 8;
-            if (col >= seq.len_k || (Masked && !seq.sees(row, col))) s[mi][nt][e] = -INFINITY;
+            if (col < key_lo[mi][e / 2] || col > key_hi[mi][e / 2]) s[mi][nt][e] = -INFINITY;
           }
         }
     }

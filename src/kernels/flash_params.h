@@ -43,6 +43,13 @@ struct FlashParams {
   // block to reach a query tile stores its partial dQ and the others add once that store has landed (Note
   // [dQ first store], flash_bwd_hopper.cuh). Without it the preprocess zeroes dq_accum and every block adds.
   int* dq_tile_ticket = nullptr;
+  // Hopper backward with grouped K/V heads: each K/V head's group of query heads is split over group_split blocks
+  // per key tile (flash_bwd_group_split says how many; 1: one block walks the whole group and writes dK, dV
+  // itself). With a split, dkv_accum (fp32, zeroed by the caller) holds dK then dV of every K/V head, each
+  // flash_kv_planes(p) x flash_kv_rows(p) x head_dim (flash_sequence.cuh), the blocks add their partial sums into it,
+  // and a conversion writes dk (times the scale) and dv.
+  int group_split = 1;
+  float* dkv_accum = nullptr;
 
   int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
   int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
@@ -86,6 +93,12 @@ bool flash_supported(FlashDtype dtype, int head_dim);
 // The built set, e.g. "bf16/fp16 x head_dim {64, 128}; fp32 x head_dim {16, 32, 64, 80, 128}" (the fp32
 // kernels always serve the whole list), for error messages.
 std::string flash_supported_list();
+
+// How many blocks per key tile share one K/V head's group of query heads in run_flash_bwd (FlashParams::group_split):
+// 1 unless the Hopper backward runs `p` with grouped heads, where one block per K/V head and key tile would leave the
+// GPU with too few, too long blocks (a causal tail); never more than 1 for a deterministic backward (dq_semaphore set:
+// the dK, dV sums would be added in any order).
+int flash_bwd_group_split(const FlashParams& p);
 
 // Launch on `stream` (a cudaStream_t passed as void* so this header needs no CUDA include).
 // Throw std::runtime_error (file, line, kernel) on an unsupported config or any CUDA error.

@@ -40,15 +40,25 @@ __host__ __device__ __forceinline__ int64_t flash_stat_planes(const FlashParams&
   return flash_varlen(p) ? p.heads : static_cast<int64_t>(p.batch) * p.heads;
 }
 
+// The rows and planes of dkv_accum: K/V rows per plane, one plane per (batch, K/V head) dense, per K/V head packed.
+__host__ __device__ __forceinline__ int64_t flash_kv_rows(const FlashParams& p) {
+  return flash_varlen(p) ? p.total_k : p.seqlen_k;
+}
+__host__ __device__ __forceinline__ int64_t flash_kv_planes(const FlashParams& p) {
+  return flash_varlen(p) ? flash_heads_k(p) : static_cast<int64_t>(p.batch) * flash_heads_k(p);
+}
+
 // Sequence b of a call (every head of it shares lengths and mask).
 struct FlashSeq {
   int len_q, len_k;
   int64_t q_row0, k_row0;  // the sequence's first row in q/o/dout/dq and in k/v/dk/dv (packed batches; else 0)
   int64_t stat_base, stat_head_stride;  // row of (b, h) in lse/dsum/dq_accum: stat_base + h * stat_head_stride
   int plane_base;                       // plane of (b, h) in dq_accum's (row, plane) view: plane_base + h
+  int64_t kv_base, kv_head_stride;      // row of (b, K/V head hk) in dkv_accum: kv_base + hk * kv_head_stride
   int shift, left, right;               // the mask; a negative side is unbounded
 
   __device__ int64_t stat_row0(int h) const { return stat_base + h * stat_head_stride; }
+  __device__ int64_t kv_row0(int hk) const { return kv_base + hk * kv_head_stride; }
 
   // Keys [key_begin(i0), key_end(i1)) hold every key some query of rows [i0, i1) sees (empty when begin >= end).
   __device__ int key_begin(int i0) const { return left >= 0 ? max(0, i0 + shift - left) : 0; }
@@ -60,6 +70,10 @@ struct FlashSeq {
   __device__ bool sees(int i, int j) const {
     return (left < 0 || j >= i + shift - left) && (right < 0 || j <= i + shift + right);
   }
+  // The keys query i sees, [first_key(i), last_key(i)], the key tail included: for a kernel whose thread keeps one
+  // query row for the whole block, two compares per entry instead of sees() and the tail's.
+  __device__ int first_key(int i) const { return left >= 0 ? i + shift - left : INT_MIN; }
+  __device__ int last_key(int i) const { return right >= 0 ? min(len_k - 1, i + shift + right) : len_k - 1; }
   // The queries that see key j by the bounds are [first_query(j), last_query(j)]: for a kernel whose thread keeps
   // one key for the whole block, two compares per entry instead of sees().
   __device__ int first_query(int j) const { return right >= 0 ? j - shift - right : INT_MIN; }
@@ -79,11 +93,13 @@ __device__ __forceinline__ FlashSeq flash_seq(const FlashParams& p, int b) {
     s.q_row0 = q0, s.k_row0 = k0;
     s.stat_base = q0, s.stat_head_stride = p.total_q;
     s.plane_base = 0;
+    s.kv_base = k0, s.kv_head_stride = p.total_k;
   } else {
     s.len_q = p.seqlen_q, s.len_k = p.seqlen_k;
     s.q_row0 = s.k_row0 = 0;
     s.stat_base = static_cast<int64_t>(b) * p.heads * p.seqlen_q, s.stat_head_stride = p.seqlen_q;
     s.plane_base = b * p.heads;
+    s.kv_base = static_cast<int64_t>(b) * flash_heads_k(p) * p.seqlen_k, s.kv_head_stride = p.seqlen_k;
   }
   s.shift = p.bottom_right ? s.len_k - s.len_q : 0;
   s.left = p.window_left;

@@ -216,6 +216,17 @@ at::Tensor set_deterministic(kernels::FlashParams& p, const at::Tensor& like, bo
   return semaphore;
 }
 
+// Grouped K/V heads whose groups the Hopper backward splits over blocks (kernels::flash_bwd_group_split; Note [group
+// split], flash_api.cu): the zeroed fp32 sums of dK and dV they add into (kv_rows: K/V rows times heads, all planes).
+// Called after set_deterministic, which rules the split out. Returns the sums (kept alive by the caller).
+at::Tensor set_group_split(kernels::FlashParams& p, const at::Tensor& k, int64_t kv_rows) {
+  p.group_split = kernels::flash_bwd_group_split(p);
+  if (p.group_split <= 1) return {};
+  auto sums = at::zeros({2, kv_rows, p.head_dim}, k.options().dtype(at::kFloat));
+  p.dkv_accum = sums.data_ptr<float>();
+  return sums;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, const at::Tensor& o,
                                                                const at::Tensor& L, const at::Tensor& dout,
@@ -243,6 +254,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   LMSCALE_SET_STRIDES(p, dk, dk4);
   LMSCALE_SET_STRIDES(p, dv, dv4);
   auto semaphore = set_deterministic(p, q4, deterministic, planes);
+  auto dkv_sums = set_group_split(p, k4, k4.size(0) * k4.size(1) * k4.size(2));
   if (q4.numel() > 0) kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
   if (q.dim() == 4) return {dq4, dk4, dv4};  // already the shapes of q, k, v
   return {dq4.view(q.sizes()), dk4.view(k.sizes()), dv4.view(v.sizes())};
@@ -308,15 +320,19 @@ std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
     const at::Tensor& dout, const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
-    const FlashMask& mask, double scale, bool deterministic, int64_t key_rows_in_sequences) {
+    const FlashMask& mask, double scale, bool deterministic, int64_t query_rows_in_sequences,
+    int64_t key_rows_in_sequences) {
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v), o3 = as_packed(o), do3 = as_packed(dout);
   auto L2 = L.contiguous();
   auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
   const bool launch = max_q > 0 && max_k > 0;
-  // dQ comes from the conversion over every row (0 where L is +inf); dK, dV rows in no sequence are never written.
-  auto dq3 = launch ? at::empty(q3.sizes(), q3.options()) : at::zeros(q3.sizes(), q3.options());
+  // Rows in no sequence are never written by the kernels (dQ of the tensor-core paths is: their conversion covers
+  // every row, 0 where L is +inf; the fp32 kernels write dQ per sequence).
+  const bool fp32 = q3.scalar_type() == at::kFloat;
+  const bool fill_q = !launch || (fp32 && query_rows_in_sequences < q3.size(0));
+  auto dq3 = fill_q ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
   const bool fill_kv = key_rows_in_sequences < k3.size(0) || !launch;
   auto dk3 = fill_kv ? at::zeros(k3.sizes(), k3.options()) : at::empty(k3.sizes(), k3.options());
   auto dv3 = fill_kv ? at::zeros(v3.sizes(), v3.options()) : at::empty(v3.sizes(), v3.options());
@@ -337,6 +353,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
   LMSCALE_SET_PACKED_STRIDES(p, dk, dk3);
   LMSCALE_SET_PACKED_STRIDES(p, dv, dv3);
   auto semaphore = set_deterministic(p, q3, deterministic, p.batch * heads);
+  auto dkv_sums = set_group_split(p, k3, k3.size(0) * k3.size(1));
   kernels::run_flash_bwd(p, at::cuda::getCurrentCUDAStream().stream());
   return {dq3, dk3, dv3};
 }
@@ -641,15 +658,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
               "flash_attention_varlen_backward: L must be the forward's logsumexp, ", l_dtype,
               " of shape (Hq, total_q) = (", q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(),
               " ", shape_str(L), " on ", L.device());
-  check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+  const int64_t query_rows = check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
   const int64_t key_rows = check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
   if (!use_kernel(q))  // the reference is deterministic as it is
     return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);
 #ifdef LMSCALE_HAS_KERNELS
   return kernel_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
-                                scale_or_default(q, scale), deterministic, key_rows);
+                                scale_or_default(q, scale), deterministic, query_rows, key_rows);
 #else
   (void)deterministic;
+  (void)query_rows;
   (void)key_rows;
   TORCH_CHECK(false, "flash_attention_varlen_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
 #endif

@@ -169,9 +169,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // One block per (K/V head, 128 keys), walking the query tiles of every query head of its group (Note [grouped
   // heads] in flash_bwd_kernel.cuh): iteration it is tile m_first + it % m_count of query head
   // hk * group + it / m_count, the same in the producer, the row warp, the writer and the consumers.
+  // With group_split > 1 (FlashParams::dkv_accum) `split` blocks share a group, each walking heads_per_block of
+  // its query heads and adding its dK, dV into the fp32 sums.
   const int heads_k = flash_heads_k(p), group = flash_group(p);
-  const BwdTile tile = bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * heads_k, heads_per_section);
-  const int n_block = tile.n_block, b = tile.bh / heads_k, hk = tile.bh % heads_k;
+  const int split = p.dkv_accum ? p.group_split : 1, heads_per_block = group / split;
+  const BwdTile tile =
+      bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * heads_k * split, heads_per_section);
+  const int n_block = tile.n_block, b = tile.bh / (heads_k * split), hk = tile.bh / split % heads_k;
+  const int first_head = hk * group + tile.bh % split * heads_per_block;
   const int n0 = n_block * kBlockN;
   const FlashSeq seq = flash_seq(p, b);
   if (n0 >= seq.len_k) return;  // a packed batch's shorter sequence: the grid is sized by the longest
@@ -179,13 +184,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   const int m_first = Masked ? seq.query_begin(n0) / kBlockM : 0;
   const int m_stop = Masked ? seq.query_end(min(n0 + kBlockN, seq.len_k)) : seq.len_q;
   const int m_count = m_stop > m_first * kBlockM ? (m_stop - m_first * kBlockM + kBlockM - 1) / kBlockM : 0;
-  const int iters = m_count * group;
+  const int iters = m_count * heads_per_block;
   // (query head, query tile) of an iteration, stepped one iteration at a time: no division in the producer
   // warpgroup's 24 registers.
   struct Walk {
     int h, m;
   };
-  const Walk walk0{hk * group, m_first};
+  const Walk walk0{first_head, m_first};
   auto step_walk = [&](Walk& w) {
     if (++w.m == m_first + m_count) w.m = m_first, ++w.h;
   };
@@ -502,11 +507,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     fence_proxy_async_smem();  // the staging stores before the TMA reduce (async proxy) reads them
     named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
-  Walk w = walk0;
+  // Per block, so the sequence's fields need no registers in the loop: the query tiles walked ([m_begin, m_end), once
+  // per query head), the tiles the mask leaves whole (free_lo <= m0 <= free_hi: every query sees all the group's
+  // keys; none at the key tail), and the queries that see this thread's keys, [q_lo, q_hi] (none past the end).
+  const int m_begin = m_first * kBlockM, m_end = (m_first + m_count) * kBlockM;
+  const bool key_tail = key0 + C::kKeysPerGroup > seq.len_k;
+  const int free_lo = key_tail ? INT_MAX
+                      : Masked && seq.right >= 0 ? key0 + C::kKeysPerGroup - 1 - seq.shift - seq.right
+                                                 : INT_MIN;
+  const int free_hi = Masked && seq.left >= 0 ? key0 - (kBlockM - 1) - seq.shift + seq.left : INT_MAX;
+  const int q_lo_a = key_a >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_a) : INT_MIN;
+  const int q_hi_a = Masked ? seq.last_query(key_a) : INT_MAX;
+  const int q_lo_b = key_b >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_b) : INT_MIN;
+  const int q_hi_b = Masked ? seq.last_query(key_b) : INT_MAX;
+  int m0 = m_begin;
 #pragma unroll 1
-  for (int it = 0; it < iters; ++it, step_walk(w)) {
+  for (int it = 0; it < iters; ++it, m0 = m0 + kBlockM == m_end ? m_begin : m0 + kBlockM) {
     const int s = it % kStages, buf = it & 1;
-    const int m0 = w.m * kBlockM;
     const uint32_t q_slot = smem_addr(sQ + s * C::kQBytes), do_slot = smem_addr(sdO + s * C::kQBytes);
     const float* l_s = sL + s * kBlockM;
     const float* dsum_s = sDsum + s * kBlockM;
@@ -527,18 +544,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
     // inside it, ptxas predicated the mask's compares and selects, which then took issue slots on every tile
     // (~190 of ~1,000 instructions per consumer warp and tile at d = 64: docs/flash_notes.md, v5.2).
-    const bool masked = key0 + C::kKeysPerGroup > seq.len_k ||
-                        (Masked && !seq.tile_free(m0, m0 + kBlockM, key0, key0 + C::kKeysPerGroup));
+    const bool masked = m0 < free_lo || m0 > free_hi;
     auto softmax = [&](auto mask) {
-      // The queries that see this thread's keys, [q_lo, q_hi] (none for a key past the end): two compares per
-      // entry. Computed here, in the masked copy only, so the unmasked tiles keep no registers for them.
-      int q_lo_a = INT_MIN, q_hi_a = INT_MAX, q_lo_b = INT_MIN, q_hi_b = INT_MAX;
-      if constexpr (decltype(mask)::value) {
-        q_lo_a = key_a >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_a) : INT_MIN;
-        q_hi_a = Masked ? seq.last_query(key_a) : INT_MAX;
-        q_lo_b = key_b >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_b) : INT_MIN;
-        q_hi_b = Masked ? seq.last_query(key_b) : INT_MAX;
-      }
 #pragma unroll
       for (int i = 0; i < kBlockM / 8; ++i) {
         const float2 l = *reinterpret_cast<const float2*>(l_s + 8 * i + col_in_tile);
@@ -609,6 +616,22 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   }
 
   // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
+  if (split > 1) {  // this block's part of the group's sums (scaled by the conversion)
+    float* sum_k = p.dkv_accum + seq.kv_row0(hk) * D;
+    float* sum_v = sum_k + flash_kv_planes(p) * flash_kv_rows(p) * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = r ? key_b : key_a;
+      if (key >= seq.len_k) continue;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const int64_t at = static_cast<int64_t>(key) * D + 8 * i + col_in_tile;
+        atomicAdd(reinterpret_cast<float2*>(sum_k + at), make_float2(acc_dk[4 * i + 2 * r], acc_dk[4 * i + 2 * r + 1]));
+        atomicAdd(reinterpret_cast<float2*>(sum_v + at), make_float2(acc_dv[4 * i + 2 * r], acc_dv[4 * i + 2 * r + 1]));
+      }
+    }
+    return;
+  }
   T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + seq.k_row0 * p.dk_row_stride;
   T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + seq.k_row0 * p.dv_row_stride;
 #pragma unroll

@@ -30,9 +30,10 @@ inline bool make_dq_accum_map(CUtensorMap* map, const FlashParams& p, int box_co
 // Note [bwd grid order] (flash_bwd_hopper.cuh): the largest power of two of K/V heads whose query heads' Q, dO
 // (input dtype) and dq_accum (fp32) take at most 40 MB, under the H100's 50 MB of L2, at least one.
 inline int bwd_heads_per_section(const FlashParams& p) {
-  const int64_t bytes_per_head = static_cast<int64_t>(p.seqlen_q) * p.head_dim * (2 + 2 + 4) * flash_group(p);
+  const int split = p.dkv_accum ? p.group_split : 1;
+  const int64_t bytes_per_head = static_cast<int64_t>(p.seqlen_q) * p.head_dim * (2 + 2 + 4) * (flash_group(p) / split);
   const int64_t budget = int64_t(40) << 20;
-  const int kv_heads = p.batch * flash_heads_k(p);
+  const int kv_heads = p.batch * flash_heads_k(p) * split;  // the blocks' (K/V head, part of its group) pairs
   int heads = 1;
   while (heads * 2 <= kv_heads && bytes_per_head * heads * 2 <= budget) heads *= 2;
   return heads;
@@ -55,7 +56,7 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
                 C::kSwizzleBytes))
     return false;
   const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * flash_heads_k(p);  // per K/V head
+  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * flash_heads_k(p) * (p.dkv_accum ? p.group_split : 1);
   if (blocks > 0x7fffffff) throw std::runtime_error("flash_bwd_hopper_kernel: " + std::to_string(blocks) + " blocks exceed the grid");
   auto* kernel = flash_masked(p) ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {

@@ -27,6 +27,10 @@ void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_
   main_kernel(p, stream);
   flash::launch_flash_bwd_convert_dq<T, D, /*kPairsSplit=*/true>(p, stream);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dq_kernel");
+  if (p.dkv_accum) {  // grouped heads split over blocks: dK, dV from their fp32 sums
+    flash::launch_flash_bwd_convert_dkv<T, D>(p, stream);
+    LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_convert_dkv_kernel");
+  }
 }
 
 // The whole Hopper backward at any head dim of HopperHeadDims (bwd_unsupported_reason(p) must be empty).
