@@ -293,20 +293,18 @@ void set_packed_shape(kernels::FlashParams& p, const at::Tensor& q3, const at::T
 }
 
 // Packed forward: (O (total_q, Hq, D), L (Hq, total_q)). Rows in no sequence (past the last offset) keep O = 0 and
-// L = +inf, filled here; a batch whose longest sequence has no query or no key launches nothing.
+// L = +inf, filled here (the offsets stay on the device: reading the last one would synchronise every call); a batch
+// whose longest sequence has no query or no key launches nothing.
 std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                          const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q,
-                                                         int64_t max_k, const FlashMask& mask, double scale,
-                                                         int64_t rows_in_sequences) {
+                                                         int64_t max_k, const FlashMask& mask, double scale) {
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v);
   auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
   const bool launch = max_q > 0 && max_k > 0;
-  const bool fill = rows_in_sequences < q3.size(0) || !launch;
-  auto o3 = fill ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
-  auto L2 = fill ? at::full({q3.size(1), q3.size(0)}, std::numeric_limits<float>::infinity(), q3.options().dtype(at::kFloat))
-                 : at::empty({q3.size(1), q3.size(0)}, q3.options().dtype(at::kFloat));
+  auto o3 = at::zeros(q3.sizes(), q3.options());
+  auto L2 = at::full({q3.size(1), q3.size(0)}, std::numeric_limits<float>::infinity(), q3.options().dtype(at::kFloat));
   if (!launch) return {o3, L2};
   auto p = make_params(q3, k3, v3, scale);
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
@@ -320,22 +318,18 @@ std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& L,
     const at::Tensor& dout, const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q, int64_t max_k,
-    const FlashMask& mask, double scale, bool deterministic, int64_t query_rows_in_sequences,
-    int64_t key_rows_in_sequences) {
+    const FlashMask& mask, double scale, bool deterministic) {
   check_kernels_run_on(q.device());
   c10::cuda::CUDAGuard guard(q.device());
   auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v), o3 = as_packed(o), do3 = as_packed(dout);
   auto L2 = L.contiguous();
   auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
   const bool launch = max_q > 0 && max_k > 0;
-  // Rows in no sequence are never written by the kernels (dQ of the tensor-core paths is: their conversion covers
-  // every row, 0 where L is +inf; the fp32 kernels write dQ per sequence).
+  // Rows in no sequence are never written by the kernels, so they start at 0 (dQ of the tensor-core paths is
+  // written everywhere: their conversion covers every row, 0 where L is +inf; the fp32 kernels write it per sequence).
   const bool fp32 = q3.scalar_type() == at::kFloat;
-  const bool fill_q = !launch || (fp32 && query_rows_in_sequences < q3.size(0));
-  auto dq3 = fill_q ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
-  const bool fill_kv = key_rows_in_sequences < k3.size(0) || !launch;
-  auto dk3 = fill_kv ? at::zeros(k3.sizes(), k3.options()) : at::empty(k3.sizes(), k3.options());
-  auto dv3 = fill_kv ? at::zeros(v3.sizes(), v3.options()) : at::empty(v3.sizes(), v3.options());
+  auto dq3 = !launch || fp32 ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
+  auto dk3 = at::zeros(k3.sizes(), k3.options()), dv3 = at::zeros(v3.sizes(), v3.options());
   if (!launch) return {dq3, dk3, dv3};
   auto p = make_params(q3, k3, v3, scale);
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
@@ -524,9 +518,9 @@ void check_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   check_qkv(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1));  // dtypes and devices (shapes hold)
 }
 
-// The offsets' values: from 0, non-decreasing, within the tensor, no sequence past its max_seqlen (which the kernels
-// size their grids by, so a wrong one would be silently wrong there). Read on the host (one small copy, a
-// synchronisation on CUDA); returns the last offset, the rows that lie in some sequence.
+// The offsets' values on CPU: from 0, non-decreasing, within the tensor, no sequence past its max_seqlen. On CUDA they
+// are not read on the host (it would synchronise every call): there, as with flash-attn, they must be valid, and a
+// max_seqlen below a sequence's length leaves that sequence's rows past it unwritten. Returns the last offset.
 int64_t check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
   auto c = cu.to(at::kCPU, at::kLong).contiguous();
   const int64_t* x = c.data_ptr<int64_t>();
@@ -634,12 +628,14 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_varlen_forward(const at::Tens
                                                                  int64_t max_seqlen_k, const FlashMask& mask,
                                                                  std::optional<double> scale) {
   check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  const int64_t rows = check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
-  check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
-  if (!use_kernel(q)) return flash_reference_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, mask, scale);
+  if (!use_kernel(q)) {
+    check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+    check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
+    return flash_reference_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, mask, scale);
+  }
 #ifdef LMSCALE_HAS_KERNELS
   return kernel_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
-                               scale_or_default(q, scale), rows);
+                               scale_or_default(q, scale));
 #else
   TORCH_CHECK(false, "flash_attention_varlen: this lmscale build has no CUDA kernels; got CUDA tensors");
 #endif
@@ -658,17 +654,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_varlen_backward(
               "flash_attention_varlen_backward: L must be the forward's logsumexp, ", l_dtype,
               " of shape (Hq, total_q) = (", q.size(1), ", ", q.size(0), ") on ", q.device(), "; got ", L.scalar_type(),
               " ", shape_str(L), " on ", L.device());
-  const int64_t query_rows = check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
-  const int64_t key_rows = check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
-  if (!use_kernel(q))  // the reference is deterministic as it is
+  if (!use_kernel(q)) {  // the reference is deterministic as it is
+    check_offsets("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q);
+    check_offsets("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k);
     return flash_reference_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, mask, scale);
+  }
 #ifdef LMSCALE_HAS_KERNELS
   return kernel_varlen_backward(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask,
-                                scale_or_default(q, scale), deterministic, query_rows, key_rows);
+                                scale_or_default(q, scale), deterministic);
 #else
   (void)deterministic;
-  (void)query_rows;
-  (void)key_rows;
   TORCH_CHECK(false, "flash_attention_varlen_backward: this lmscale build has no CUDA kernels; got CUDA tensors");
 #endif
 }

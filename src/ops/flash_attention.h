@@ -57,7 +57,8 @@ at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // cu_seqlens_k[b+1]) of k and v (int32 (B + 1,) on q's device, from 0, non-decreasing, the last at most the
 // total: rows past it belong to no sequence and get O = 0), no sequence longer than max_seqlen_q / _k.
 // Attention stays inside each sequence; the mask applies to each with its own lengths. Returns (O like q,
-// L (Hq, total_q)). CUDA runs the kernels (fp64 on CUDA: the reference); the offsets are checked on the host.
+// L (Hq, total_q)). CUDA runs the kernels (fp64 on CUDA: the reference). CPU checks the offsets' values; CUDA keeps
+// them on the device (no synchronisation), so there they must be valid, as flash-attn's.
 std::tuple<at::Tensor, at::Tensor> flash_attention_varlen_forward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
     const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, const FlashMask& mask = {},
