@@ -151,7 +151,7 @@ def run_impls(impls, make_fn, inputs, dout, flops, kv_bytes, args, names=None):
 
 def stats(value, samples):
     return {"value": value, "median": statistics.median(samples), "min": min(samples), "max": max(samples),
-            "std_dev": statistics.pstdev(samples), "n": len(samples)}
+            "std": statistics.pstdev(samples), "n": len(samples)}
 
 
 def packed_lengths(total: int, docs: int, seed: int = 0) -> list:
