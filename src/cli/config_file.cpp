@@ -1,6 +1,7 @@
 // --config files for subcommands; see config_file.h.
 #include "cli/config_file.h"
 
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -21,14 +22,17 @@ std::string toml_value(const Json& v) {
 void add_config_option(CLI::App& app) {
   app.add_option(kConfigFlag, "a TOML file of options (keys: the long flags without --, e.g. steps = 2000); flags "
                               "on the command line win; the resolved configuration is written to <out>/config.toml")
-      ->configurable(false)
-      ->check(CLI::ExistingFile);
+      ->configurable(false);  // a missing file is apply_config_file's message (so `--help` parses any path)
 }
 
 void apply_config_file(CLI::App& app) {
   const CLI::Option* config = app.get_option(kConfigFlag);
   if (config->empty()) return;
   const std::string path = config->as<std::string>();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw CLI::ValidationError(kConfigFlag, path + ": no such file; pass a TOML file of options (a run's resolved "
+                                                   "one is <out>/config.toml)");
   CLI::ConfigTOML toml;
   for (const CLI::ConfigItem& item : toml.from_file(path)) {
     if (item.name == "++" || item.name == "--") continue;  // section markers

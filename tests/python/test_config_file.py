@@ -49,3 +49,9 @@ def test_bench_reads_the_file_and_writes_the_resolved_config(tmp_path):
     assert rec and {x["context"] for x in rec} == {16} and {x["size"] for x in rec} == {"tiny"}
     resolved = (out / "config.toml").read_text()
     assert "context = 16" in resolved and "steps = 2" in resolved, resolved
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path):
+    r = lmscale("train", "--config", tmp_path / "nowhere.toml", *TINY)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "nowhere.toml: no such file" in r.stderr, r.stderr
