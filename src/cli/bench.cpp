@@ -5,9 +5,11 @@
 #include <iostream>
 
 #include "bench/e2e_command.h"
+#include "cli/config_file.h"
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
+#include "results/writer.h"
 
 namespace {
 
@@ -85,6 +87,7 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
   app.add_option("--out", a->out, "results folder (e2e.jsonl, e2e.md)")->capture_default_str();
   app.add_flag("--resume", a->resume,
                "keep results already in <out>/e2e.jsonl for the same configs; measure only the rest");
+  add_config_option(app);
   app.footer(std::string(kDefaultStepHelp) +
              " bench replays the step as one CUDA graph on a GPU; its size and context default to small, 512 on a GPU "
              "and tiny, 128 on the CPU.\n"
@@ -94,6 +97,7 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
              "  lmscale bench --reference --precision fp32,bf16");
   app.callback([a, &app] {
     if (!app.get_subcommands().empty()) return;  // a nested benchmark ran instead
+    apply_config_file(app);
     auto& st = a->step;
     const c10::Device device = lmscale::resolve_device(st.device);
     const bool gpu = device.is_cuda();
@@ -105,6 +109,10 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
     if (st.size.empty()) st.size = {gpu ? "small" : "tiny"};
     if (st.context.empty()) st.context = {gpu ? 512 : 128};
     apply_default_step(st, gpu);
+    lmscale::check_output_folder(a->out);  // config.toml beside the records, before the first measurement
+    lmscale::write_text(a->out + "/config.toml",
+                        resolved_config(app, {{"size", st.size}, {"context", st.context}, {"precision", st.precision},
+                                              {"attention", st.attention}}));
     const auto job = a->warmup_study ? lmscale::E2EJob::WarmupStudy
                      : a->ablate     ? lmscale::E2EJob::Ablation
                                      : lmscale::E2EJob::Sweep;

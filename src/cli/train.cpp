@@ -5,6 +5,7 @@
 #include <limits>
 #include <iostream>
 
+#include "cli/config_file.h"
 #include "cli/registry.h"
 #include "cli/step_args.h"
 #include "core/device.h"
@@ -28,9 +29,10 @@ struct TrainArgs {
   double lr = 1e-3, lr_min = -1, clip = 1.0;
   uint64_t seed = 0;
   bool resume = false;
+  int64_t save_every = 0, stop_at = 0, keep_checkpoints = 2;
 };
 
-void run(TrainArgs a) {
+void run(TrainArgs a, const CLI::App& app) {
   using namespace lmscale;
   auto& st = a.step;
   if (!a.corpus.empty()) {
@@ -45,6 +47,9 @@ void run(TrainArgs a) {
                                                   std::to_string(a.steps));
   if (a.lr_min > a.lr)
     throw CLI::ValidationError("--lr-min", "must not exceed --lr");
+  if (a.stop_at > a.steps)
+    throw CLI::ValidationError("--stop-at", std::to_string(a.stop_at) + " is past the last step, --steps " +
+                                                std::to_string(a.steps));
   const c10::Device device = resolve_device(st.device);
   const bool gpu = device.is_cuda();
   set_run_gpu(device_name(device));
@@ -70,6 +75,9 @@ void run(TrainArgs a) {
   o.impls = st.impl;
   o.out = a.out;
   o.resume = a.resume;
+  o.save_every = a.save_every;
+  o.stop_at = a.stop_at;
+  o.keep_checkpoints = static_cast<int>(a.keep_checkpoints);
   const cli::StepPoint first = cli::first_point(st);
   o.setup_for = [st, first, device, seed = a.seed](const std::string& precision) {
     cli::StepPoint p = first;
@@ -90,11 +98,17 @@ void run(TrainArgs a) {
     });
   }
   check_output_folder(a.out);
+  // What ran, beside its records: the device's defaults and the derived learning-rate flags as chosen.
+  write_text((std::filesystem::path(a.out) / "config.toml").string(),
+             cli::resolved_config(app, {{"size", st.size}, {"context", st.context}, {"precision", st.precision},
+                                        {"attention", st.attention}, {"lr-min", o.base.lr.floor},
+                                        {"lr-warmup", o.base.lr.warmup}}));
   const TrainOutcome done = run_training(o);
   if (!done.comparison.empty()) std::cout << "\n" << done.comparison;
   std::cout << "\nwrote " << a.out << "/train.jsonl" << (done.comparison.empty() ? "" : " and train_compare.md")
             << " (" << done.runs << " runs" << (done.skipped ? ", " + std::to_string(done.skipped) + " complete already" : "")
-            << "); tables and plots with: lmscale report --in " << a.out << " --out " << a.out << "\n";
+            << (done.stopped ? ", " + std::to_string(done.stopped) + " stopped at --stop-at" : "")
+            << "); checkpoints in " << a.out << "/checkpoints; tables and plots with: lmscale report --in " << a.out << " --out " << a.out << "\n";
   TORCH_CHECK(done.failures == 0, done.failures, " of ", done.runs, " training runs failed",
               done.diverged ? " (" + std::to_string(done.diverged) + " diverged: see the message above)" : std::string(),
               ": their reasons are in ", a.out, "/train.jsonl");
@@ -135,13 +149,25 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
   app.add_option("--out", a->out, "results folder (train.jsonl, train_compare.md)")->capture_default_str();
   app.add_flag("--resume", a->resume,
                "keep the evaluations already in <out>/train.jsonl for the same runs; complete runs are not run "
-               "again, a run cut short is replayed from step 0 (same seed, same batches) evaluating only the rest");
+               "again; a run cut short continues from its newest whole checkpoint in <out>/checkpoints (the same "
+               "losses as an uninterrupted run), or without one is replayed from step 0 (same seed, same batches)");
+  app.add_option("--save-every", a->save_every,
+                 "also write a checkpoint every K steps (one is always written at the last step; 0: only there)")
+      ->check(whole_in(0, kMaxSteps))->capture_default_str();
+  app.add_option("--stop-at", a->stop_at,
+                 "stop lmscale's runs after this step, with a checkpoint there; --resume continues them (0: no stop)")
+      ->check(whole_in(0, kMaxSteps))->capture_default_str();
+  app.add_option("--keep-checkpoints", a->keep_checkpoints, "the newest checkpoints kept per run (older ones are removed)")
+      ->check(whole_in(1, 1000))->capture_default_str();
+  add_config_option(app);
   app.footer("Defaults: small, context 512, bf16, flash attention on a GPU; tiny, context 128, fp32, naive attention on "
              "the CPU. Records: docs/results/SCHEMA.md (bench train); guide: docs/training.md.\n"
              "Examples:\n  lmscale train corpus --out data/pystdlib\n"
              "  lmscale train corpus --tokenizer bpe --vocab 10000 --out data/pystdlib-bpe\n"
              "  lmscale train --corpus data/pystdlib --steps 2000 --eval-every 100 --impl lmscale,torch-eager\n"
-             "  lmscale train --corpus data/pystdlib --device cpu --size tiny --context 64 --steps 200");
+             "  lmscale train --corpus data/pystdlib --device cpu --size tiny --context 64 --steps 200\n"
+             "  lmscale train --config run.toml --steps 4000   # the file's options, --steps from the command line\n"
+             "  lmscale sample --checkpoint results/checkpoints/lmscale-fp32 --prompt 'def main('");
 
   // `lmscale train corpus`: the token files.
   auto c = std::make_shared<lmscale::CorpusOptions>();
@@ -168,6 +194,7 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
   });
   app.callback([a, &app] {
     if (!app.get_subcommands().empty()) return;  // `train corpus` ran instead
-    run(*a);
+    apply_config_file(app);
+    run(*a, app);
   });
 });

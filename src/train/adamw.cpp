@@ -170,6 +170,30 @@ void FusedAdamW::zero_grad(bool set_to_none) {
   }
 }
 
+int64_t FusedAdamW::step_count() const {
+  if (kernel_step_.defined()) return static_cast<int64_t>(kernel_step_.item<float>());
+  return steps_.empty() ? 0 : static_cast<int64_t>(steps_.front().item<float>());
+}
+
+void FusedAdamW::load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq,
+                            int64_t steps) {
+  TORCH_CHECK(exp_avg.size() == params_.size() && exp_avg_sq.size() == params_.size(), "load_state: got ",
+              exp_avg.size(), " and ", exp_avg_sq.size(), " moments for ", params_.size(), " params");
+  at::NoGradGuard no_grad;
+  ensure_state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TORCH_CHECK(exp_avg[i].sizes() == params_[i].sizes() && exp_avg_sq[i].sizes() == params_[i].sizes(),
+                "load_state: param ", i, " has shape ", params_[i].sizes(), ", its saved moments ", exp_avg[i].sizes(),
+                " and ", exp_avg_sq[i].sizes());
+    exp_avg_[i].copy_(exp_avg[i]);
+    exp_avg_sq_[i].copy_(exp_avg_sq[i]);
+    steps_[i].fill_(static_cast<double>(steps));
+  }
+  // The kernel path's one counter; update() makes it only when it is missing.
+  if (use_kernel_ && !params_.empty())
+    kernel_step_ = at::full({}, static_cast<double>(steps), params_.front().options().dtype(at::kFloat));
+}
+
 int64_t FusedAdamW::state_bytes() const {
   int64_t b = 0;
   for (size_t i = 0; i < exp_avg_.size(); ++i)

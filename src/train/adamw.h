@@ -52,6 +52,16 @@ class FusedAdamW {
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
   int64_t state_bytes() const;
 
+  // What a checkpoint keeps (train/checkpoint.h): both moments per param (empty before the first
+  // step) and the number of updates taken. One count serves every param: the LM never skips a
+  // gradient, so torch's per-param counters are all equal. load_state() copies a saved state into
+  // place (the kernel path's counter included), so the next step() continues exactly where the saved
+  // run stood.
+  const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
+  int64_t step_count() const;
+  void load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq, int64_t steps);
+
  private:
   void ensure_state();
   void update(const std::vector<size_t>& which, bool advance_kernel_step);

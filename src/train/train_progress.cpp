@@ -64,6 +64,11 @@ void TrainProgress::eval(const Evaluation& e) {
        << std::flush;
 }
 
+void TrainProgress::note(const std::string& line) {
+  clear_bar();
+  out_ << label_ << ": " << line << "\n" << std::flush;
+}
+
 void TrainProgress::kept(int64_t step, double val_loss) {
   clear_bar();
   out_ << label_ << "  step " << step << "/" << steps_ << "  val " << loss_text(val_loss) << "  (kept from the records)\n"

@@ -23,6 +23,8 @@ class TrainProgress {
   void eval(const Evaluation& e);
   // Clears the bar (before a message of the run's end is printed).
   void stop() { clear_bar(); }
+  // One line about the run ("checkpoint at step 1000: <path>"), after its label.
+  void note(const std::string& line);
   // An evaluation kept from the records (--resume): one line saying so.
   void kept(int64_t step, double val_loss);
   // "0:13" left at step s, from the pace so far ("?" before the first step).

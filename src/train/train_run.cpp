@@ -38,6 +38,30 @@ std::string corpus_name(const std::string& train_path) {
   return fs::path(train_path).filename().string();
 }
 
+// What a checkpoint records of the corpus: its name and identity (hash, token counts) and the
+// tokenizer entry of its corpus.json; `tokenizer_path` gets the tokenizer.json to copy (or "").
+Json corpus_identity(const TrainRun& run, std::string* tokenizer_path) {
+  Json id = {{"name", corpus_name(run.train_path)}, {"corpus_hash", run.corpus_hash},
+             {"train_tokens", run.train_tokens}, {"val_tokens", run.val_tokens}};
+  tokenizer_path->clear();
+  const fs::path dir = fs::path(run.train_path).parent_path();
+  std::ifstream f(dir / "corpus.json");
+  const Json j = f ? Json::parse(f, nullptr, /*allow_exceptions=*/false) : Json();
+  if (j.is_object() && j.contains("tokenizer") && j["tokenizer"].is_object()) {
+    id["tokenizer"] = j["tokenizer"];
+    if (j["tokenizer"].contains("file") && j["tokenizer"]["file"].is_string()) {
+      const fs::path t = dir / j["tokenizer"]["file"].get<std::string>();
+      TORCH_CHECK(fs::is_regular_file(t), "the corpus's manifest ", (dir / "corpus.json").string(), " names ", t.string(),
+                  ", which is missing: make the corpus again (lmscale train corpus --tokenizer ...)");
+      *tokenizer_path = t.string();
+    }
+  } else {
+    // Token files without a corpus.json: bytes as tokens is the only tokenizer lmscale can assume.
+    id["tokenizer"] = {{"kind", "bytes"}, {"note", "no corpus.json beside the token files: assumed bytes"}};
+  }
+  return id;
+}
+
 bool is_out_of_memory(const std::string& what) {
   return what.find("out of memory") != std::string::npos || what.find("OutOfMemory") != std::string::npos;
 }
@@ -94,6 +118,10 @@ std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const T
   return steps;
 }
 
+std::string checkpoint_folder(const std::string& out, const std::string& impl, const std::string& precision) {
+  return (fs::path(out) / "checkpoints" / (impl + "-" + precision)).string();
+}
+
 TrainOutcome run_training(const TrainOptions& o) {
   TORCH_CHECK(!o.precisions.empty() && !o.impls.empty(), "run_training: no precision or impl to run");
   TORCH_CHECK(o.setup_for, "run_training: setup_for is not set");
@@ -146,8 +174,28 @@ TrainOutcome run_training(const TrainOptions& o) {
             recorded.count(rec[field::step].get<int64_t>()) && rec.value(field::impl, "") == impl &&
             rec.value(field::precision, "") == precision && rec[field::value].is_number())
           progress.kept(rec[field::step].get<int64_t>(), rec[field::value].get<double>());
+      CheckpointOptions ckpt;
+      std::optional<CheckpointInfo> from;
+      if (impl == "lmscale") {
+        ckpt.dir = checkpoint_folder(o.out, impl, precision);
+        ckpt.every = o.save_every;
+        ckpt.stop_at = o.stop_at;
+        ckpt.keep = o.keep_checkpoints;
+        ckpt.config = fields;
+        ckpt.corpus = corpus_identity(run, &ckpt.tokenizer_path);
+        if (o.resume) from = find_checkpoint(ckpt.dir, fields, std::cerr);
+        if (from && from->step >= run.steps) {  // the records lost evaluations the last checkpoint is past
+          std::cerr << label << ": checkpoint " << from->path << " is of the last step; replaying from step 0 to "
+                    << "measure the evaluations missing from " << jsonl << "\n";
+          from.reset();
+        }
+        if (from) std::cerr << label << ": resuming from checkpoint " << from->path << " (step " << from->step << ")\n";
+      }
       TrainCallbacks cb;
       cb.on_step = [&](int64_t s) { progress.step(s); };
+      cb.on_checkpoint = [&](const std::string& path, int64_t s) {
+        progress.note("checkpoint at step " + std::to_string(s) + ": " + path);
+      };
       cb.on_eval = [&](const Evaluation& e) {
         progress.eval(e);
         Record r = cell;
@@ -158,9 +206,15 @@ TrainOutcome run_training(const TrainOptions& o) {
         append_jsonl(jsonl, lines);  // now: an interrupted run keeps every evaluation it finished
       };
       try {
-        if (impl == "lmscale")
-          train_lmscale(run, recorded, cb);
-        else
+        if (impl == "lmscale") {
+          const int64_t last = train_lmscale(run, recorded, cb, ckpt, from);
+          if (last < run.steps) {
+            progress.stop();
+            std::cerr << label << ": stopped after step " << last << " (--stop-at), its checkpoint in " << ckpt.dir
+                      << "; continue with the same command and --resume\n";
+            ++outcome.stopped;
+          }
+        } else
           train_torch_reference(run, recorded, cb);
       } catch (const ResultWriteError&) {
         throw;  // a results folder that cannot be written ends the invocation

@@ -21,12 +21,18 @@ struct TrainOptions {
   // needs no change here.
   std::function<StepSetup(const std::string& precision)> setup_for;
   std::string out = "results";
-  bool resume = false;
+  bool resume = false;  // keep the records; lmscale's runs continue from their newest whole checkpoint
+  // Checkpoints of lmscale's runs (checkpoint.h), in <out>/checkpoints/<impl>-<precision>/: one at the
+  // last step, one every save_every steps (0: none between), and at stop_at, where the run then stops
+  // (0: it does not). The PyTorch reference keeps none: it always runs to the end.
+  int64_t save_every = 0, stop_at = 0;
+  int keep_checkpoints = 2;
 };
 
 struct TrainOutcome {
   int runs = 0, failures = 0, skipped = 0;  // skipped: complete in the records already (--resume)
   int diverged = 0;                         // of the failures, runs stopped by Note [divergence]
+  int stopped = 0;                          // runs that stopped at --stop-at with a checkpoint
   std::string comparison;                   // the markdown of train_compare.md ("" with one run)
 };
 
@@ -36,6 +42,9 @@ Json train_run_fields(const TrainRun& run);
 // The evaluation steps of `run` that <out>/train.jsonl already holds (val_loss records of the same
 // run fields, status ok).
 std::set<int64_t> recorded_evaluations(const std::vector<Json>& records, const TrainRun& run);
+
+// Where lmscale's checkpoints of a run of this precision go.
+std::string checkpoint_folder(const std::string& out, const std::string& impl, const std::string& precision);
 
 TrainOutcome run_training(const TrainOptions& options);
 

@@ -71,7 +71,8 @@ std::string divergence_message(const TrainRun& run, int64_t step, const std::str
   return os.str();
 }
 
-void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb) {
+int64_t train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb,
+                      const CheckpointOptions& ckpt, const std::optional<CheckpointInfo>& resume_from) {
   validate(run);
   const auto start = std::chrono::steady_clock::now();
   StepSetup setup = run.setup;
@@ -116,8 +117,18 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
 
   const std::vector<int64_t> evals = evaluation_steps(run);
   const std::set<int64_t> eval_at(evals.begin(), evals.end());
-  if (!recorded.count(0)) evaluate(0);
-  for (int64_t s = 1; s <= run.steps; ++s) {
+  int64_t first = 1;
+  if (resume_from) {
+    const TrainerState state = load_checkpoint(*resume_from, step);
+    TORCH_CHECK(state.step < run.steps, "checkpoint ", resume_from->path, " is of step ", state.step,
+                ", the run's last is ", run.steps, ": nothing is left to train");
+    first = state.step + 1;
+    loss_sum.copy_(state.loss_sum);
+    losses = state.losses;
+  } else if (!recorded.count(0)) {
+    evaluate(0);
+  }
+  for (int64_t s = first; s <= run.steps; ++s) {
     load(batch_of(train, train_window_starts(run.data_seed, s - 1, B, train.size(), T), T, setup.device));
     step.forward(StepMode::TrainStep);
     step.backward();
@@ -138,8 +149,15 @@ void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const
       loss_sum.zero_();
       losses = 0;
     }
+    const bool stop = ckpt.stop_at > 0 && s == ckpt.stop_at && s < run.steps;
+    if (!ckpt.dir.empty() && ((ckpt.every > 0 && s % ckpt.every == 0) || s == run.steps || stop)) {
+      const std::string path = save_checkpoint(ckpt, step, {s, loss_sum, losses});
+      if (cb.on_checkpoint) cb.on_checkpoint(path, s);
+    }
     if (cb.on_step) cb.on_step(s);
+    if (stop) return s;
   }
+  return run.steps;
 }
 
 }  // namespace lmscale

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/training_step.h"
 
@@ -55,6 +56,7 @@ struct Evaluation {
 struct TrainCallbacks {
   std::function<void(const Evaluation&)> on_eval;  // as each evaluation finishes
   std::function<void(int64_t step)> on_step;       // after each update (progress)
+  std::function<void(const std::string& path, int64_t step)> on_checkpoint;  // after each save
 };
 
 // Note [divergence]: a run stops at the first step whose training loss or gradient norm (before
@@ -77,7 +79,13 @@ class TrainingDiverged : public std::runtime_error {
 std::string divergence_message(const TrainRun& run, int64_t step, const std::string& what, double value);
 
 // Trains lmscale's model (run.impl "lmscale"). `recorded`: evaluation steps already in the records
-// (--resume): they are trained through, not evaluated again. Throws TrainingDiverged (Note [divergence]).
-void train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& callbacks);
+// (--resume): they are trained through, not evaluated again. `checkpoints`: where and when to save
+// (checkpoint.h; a save at every checkpoints.every steps, at checkpoints.stop_at and at the last step);
+// `resume_from`, when set, a checkpoint of this run to continue from: its model, AdamW and trainer
+// state are loaded and training goes on at the step after it, as if never stopped (bit for bit on the
+// CPU). Returns the last step taken: run.steps, or checkpoints.stop_at when that came first.
+// Throws TrainingDiverged (Note [divergence]).
+int64_t train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& callbacks,
+                      const CheckpointOptions& checkpoints = {}, const std::optional<CheckpointInfo>& resume_from = {});
 
 }  // namespace lmscale
