@@ -227,6 +227,17 @@ at::Tensor set_group_split(kernels::FlashParams& p, const at::Tensor& k, int64_t
   return sums;
 }
 
+// The backward's inputs beyond q, k, v and its outputs (the strides are the layout's: dense or packed).
+void set_backward_pointers(kernels::FlashParams& p, const at::Tensor& o, const at::Tensor& L, const at::Tensor& dout,
+                           const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) {
+  p.o = const_cast<void*>(o.data_ptr());
+  p.lse = L.data_ptr<float>();
+  p.dout = dout.data_ptr();
+  p.dq = dq.data_ptr();
+  p.dk = dk.data_ptr();
+  p.dv = dv.data_ptr();
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, const at::Tensor& o,
                                                                const at::Tensor& L, const at::Tensor& dout,
@@ -242,12 +253,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   set_dense_shape(p, q4, k4, v4, mask);
   const int64_t planes = q4.size(0) * q4.size(1);
   auto workspace = set_workspaces(p, q4, planes * q4.size(2), planes, /*packed=*/false);
-  p.o = const_cast<void*>(o4.data_ptr());
-  p.lse = L3.data_ptr<float>();
-  p.dout = do4.data_ptr();
-  p.dq = dq4.data_ptr();
-  p.dk = dk4.data_ptr();
-  p.dv = dv4.data_ptr();
+  set_backward_pointers(p, o4, L3, do4, dq4, dk4, dv4);
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
   LMSCALE_SET_STRIDES(p, dq, dq4);
@@ -335,12 +341,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
   const int64_t heads = q3.size(1);
   auto workspace = set_workspaces(p, q3, heads * q3.size(0), p.batch * heads, /*packed=*/true);
-  p.o = const_cast<void*>(o3.data_ptr());
-  p.lse = L2.data_ptr<float>();
-  p.dout = do3.data_ptr();
-  p.dq = dq3.data_ptr();
-  p.dk = dk3.data_ptr();
-  p.dv = dv3.data_ptr();
+  set_backward_pointers(p, o3, L2, do3, dq3, dk3, dv3);
   LMSCALE_SET_PACKED_STRIDES(p, o, o3);
   LMSCALE_SET_PACKED_STRIDES(p, do, do3);
   LMSCALE_SET_PACKED_STRIDES(p, dq, dq3);

@@ -341,6 +341,16 @@ CUDA_CASES = {  # q, k/v shapes (B, N, H, D); flash_attn_func's arguments
 }
 
 
+def assert_bf16_close_with_grads(out, ref, inputs, inputs64):
+    """A bf16 CUDA output and its gradients for a random dO against the fp64 reference's, within bf16 noise."""
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=2e-2, atol=2e-2)
+    dout = torch.randn_like(ref)
+    got = torch.autograd.grad(out, inputs, dout.to("cuda", torch.bfloat16))
+    want = torch.autograd.grad(ref, inputs64, dout)
+    for name, g, w in zip("qkv", got, want):
+        torch.testing.assert_close(g.double().cpu(), w, rtol=4e-2, atol=4e-2, msg=lambda m: f"d{name}: {m}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CUDA_CASES.keys())
 def test_cuda_serves_grouped_heads_and_both_alignments(case):
@@ -353,12 +363,7 @@ def test_cuda_serves_grouped_heads_and_both_alignments(case):
     q64, k64, v64 = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
     mask = visible(shape_q[1], shape_kv[1], kwargs.get("causal", False), kwargs.get("window_size", (-1, -1)))
     ref, _ = reference(q64, k64, v64, mask, kwargs.get("softmax_scale"))
-    torch.testing.assert_close(out.double().cpu(), ref, rtol=2e-2, atol=2e-2)
-    dout = torch.randn_like(ref)
-    got = torch.autograd.grad(out, (q, k, v), dout.to("cuda", torch.bfloat16))
-    want = torch.autograd.grad(ref, (q64, k64, v64), dout)
-    for name, g, w in zip("qkv", got, want):
-        torch.testing.assert_close(g.double().cpu(), w, rtol=4e-2, atol=4e-2, msg=lambda m: f"d{name}: {m}")
+    assert_bf16_close_with_grads(out, ref, (q, k, v), (q64, k64, v64))
 
 
 @pytest.mark.gpu
@@ -374,12 +379,7 @@ def test_cuda_packed_batches_match_the_reference(window):
     out = flash_attn_varlen_func(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=True, window_size=window)
     q64, k64, v64 = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
     ref, _ = reference_varlen(q64, k64, v64, lens_q, lens_k, True, window)
-    torch.testing.assert_close(out.double().cpu(), ref, rtol=2e-2, atol=2e-2)
-    dout = torch.randn_like(ref)
-    got = torch.autograd.grad(out, (q, k, v), dout.to("cuda", torch.bfloat16))
-    want = torch.autograd.grad(ref, (q64, k64, v64), dout)
-    for name, g, w in zip("qkv", got, want):
-        torch.testing.assert_close(g.double().cpu(), w, rtol=4e-2, atol=4e-2, msg=lambda m: f"d{name}: {m}")
+    assert_bf16_close_with_grads(out, ref, (q, k, v), (q64, k64, v64))
 
 
 def test_meta_inputs_mixed_with_cpu_are_refused():

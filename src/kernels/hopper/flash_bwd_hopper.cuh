@@ -615,25 +615,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     mbar_arrive(&q_empty[s]);  // every wgmma that read the slot has completed
   }
 
-  // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys.
-  if (split > 1) {  // this block's part of the group's sums (scaled by the conversion)
-    float* sum_k = p.dkv_accum + seq.kv_row0(hk) * D;
-    float* sum_v = sum_k + flash_kv_planes(p) * flash_kv_rows(p) * D;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key = r ? key_b : key_a;
-      if (key >= seq.len_k) continue;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        const int64_t at = static_cast<int64_t>(key) * D + 8 * i + col_in_tile;
-        atomicAdd(reinterpret_cast<float2*>(sum_k + at), make_float2(acc_dk[4 * i + 2 * r], acc_dk[4 * i + 2 * r + 1]));
-        atomicAdd(reinterpret_cast<float2*>(sum_v + at), make_float2(acc_dv[4 * i + 2 * r], acc_dv[4 * i + 2 * r + 1]));
-      }
-    }
-    return;
-  }
+  // Epilogue: dK = scale * dS^T Q, dV = P^T dO, rows of this thread's two keys; with a group split, this block's
+  // part of the group's fp32 sums instead (scaled by the conversion).
   T* gdK = static_cast<T*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride + seq.k_row0 * p.dk_row_stride;
   T* gdV = static_cast<T*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride + seq.k_row0 * p.dv_row_stride;
+  float* sum_k = split > 1 ? p.dkv_accum + seq.kv_row0(hk) * D : nullptr;
+  float* sum_v = split > 1 ? sum_k + flash_kv_planes(p) * flash_kv_rows(p) * D : nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = r ? key_b : key_a;
@@ -641,9 +628,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       const int col = 8 * i + col_in_tile;
-      *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) =
-          pack2<T>(acc_dk[4 * i + 2 * r] * p.scale, acc_dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) = pack2<T>(acc_dv[4 * i + 2 * r], acc_dv[4 * i + 2 * r + 1]);
+      const float k0 = acc_dk[4 * i + 2 * r], k1 = acc_dk[4 * i + 2 * r + 1];
+      const float v0 = acc_dv[4 * i + 2 * r], v1 = acc_dv[4 * i + 2 * r + 1];
+      if (sum_k) {
+        const int64_t at = static_cast<int64_t>(key) * D + col;
+        atomicAdd(reinterpret_cast<float2*>(sum_k + at), make_float2(k0, k1));
+        atomicAdd(reinterpret_cast<float2*>(sum_v + at), make_float2(v0, v1));
+      } else {
+        *reinterpret_cast<uint32_t*>(gdK + key * p.dk_row_stride + col) = pack2<T>(k0 * p.scale, k1 * p.scale);
+        *reinterpret_cast<uint32_t*>(gdV + key * p.dv_row_stride + col) = pack2<T>(v0, v1);
+      }
     }
   }
 }
