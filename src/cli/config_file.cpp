@@ -61,12 +61,19 @@ std::string resolved_config(const CLI::App& app, const Json& resolved) {
   std::map<std::string, bool> written;
   // CLI11's own writer for the options as parsed; keys with a '.' are nested subcommands' and are left out.
   std::istringstream lines(app.config_to_str(/*default_also=*/true, /*write_description=*/false));
+  // CLI11 2.1 writes `key=value` (later versions `key = value`): split at the first '=' and trim.
+  auto trim = [](std::string t) {
+    const auto a = t.find_first_not_of(' '), z = t.find_last_not_of(' ');
+    return a == std::string::npos ? std::string() : t.substr(a, z - a + 1);
+  };
   for (std::string line; std::getline(lines, line);) {
-    const auto eq = line.find(" = ");
-    if (eq == std::string::npos || line[0] == '[' || line[0] == '#') continue;
-    const std::string key = line.substr(0, eq);
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || line.empty() || line[0] == '[' || line[0] == '#') continue;
+    const std::string key = trim(line.substr(0, eq));
     if (key.find('.') != std::string::npos || key == "help" || key == "config") continue;
-    out << key << " = " << (resolved.contains(key) ? toml_value(resolved[key]) : line.substr(eq + 3)) << "\n";
+    // An option left at no default is written "" by CLI11, which its own check refuses when read back: leave it out.
+    if (!resolved.contains(key) && trim(line.substr(eq + 1)) == "\"\"") continue;
+    out << key << " = " << (resolved.contains(key) ? toml_value(resolved[key]) : trim(line.substr(eq + 1))) << "\n";
     written[key] = true;
   }
   for (const auto& [key, v] : resolved.items())

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,14 @@ std::string step_folder_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
   return name;
+}
+
+// A folder and everything in it, gone (a missing one is no error). Not std::filesystem's remove_all: libtorch.so
+// exports its own copy of that symbol, which the dynamic linker binds our call to, and that copy crashed (a call
+// through a null pointer) the first time a run removed an old checkpoint (tests/cpp/support/temp_dirs.h says the same).
+void remove_tree(const fs::path& folder) {
+  auto remove_one = [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); };
+  ::nftw(folder.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 // fsync of a file or folder, so that a rename after it publishes only bytes already on the disk.
@@ -148,7 +157,7 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
   fs::create_directories(dir);
   const std::string name = step_folder_name(state.step);
   const fs::path tmp = dir / (".tmp-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
+  remove_tree(tmp);
   fs::create_directory(tmp);
   const c10::Device device = step.setup().device;
   FusedAdamW& opt = step.optimizer();
@@ -208,7 +217,7 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
   if (fs::exists(final_path, ec)) fs::rename(final_path, old);  // a save of the same step again replaces it
   fs::rename(tmp, final_path);
   sync_path(dir);
-  fs::remove_all(old, ec);
+  remove_tree(old);
   // This run's older checkpoints beyond `keep` (another run's in the same folder, and damaged ones,
   // are left alone), and folders left by writes that crashed (never ours: pid-named).
   int kept = 0;
@@ -216,11 +225,11 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
     std::string problem;
     const Json m = read_manifest(folder, &problem);
     if (!problem.empty() || m.value("config", Json()) != o.config) continue;
-    if (++kept > std::max(o.keep, 1)) fs::remove_all(folder, ec);
+    if (++kept > std::max(o.keep, 1)) remove_tree(folder);
   }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind(".tmp-", 0) == 0 || n.rfind(".old-", 0) == 0) fs::remove_all(e.path(), ec);
+    if (n.rfind(".tmp-", 0) == 0 || n.rfind(".old-", 0) == 0) remove_tree(e.path());
   }
   return final_path.string();
 }
