@@ -51,7 +51,7 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   app.callback([o, st] {
     // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
     apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
-    copy_common_step_fields(*st, *o);
+    set_step_options(*st, *o);  // precision per value of the list
     o->precisions = st->precision;
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";

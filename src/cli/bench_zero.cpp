@@ -32,8 +32,7 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   app.callback([o, st] {
     // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
     apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
-    copy_common_step_fields(*st, *o);
-    o->precision = st->precision.front();
+    set_step_options(*st, *o);
     std::string table = lmscale::run_zero_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/zero.{jsonl,md}\n";
   });

@@ -247,6 +247,8 @@ const char* const kDefaultStepHelp =
     "(fp32, naive attention, unfused, eager).";
 
 void apply_default_step(StepArgs& a, bool gpu) {
+  if (a.size.empty()) a.size = {gpu ? "small" : "tiny"};
+  if (a.context.empty()) a.context = {gpu ? 512 : 128};
   const bool fast = gpu && !a.reference;
   if (a.precision.empty()) a.precision = {fast ? "bf16" : "fp32"};
   if (a.attention.empty()) a.attention = {fast ? "flash" : "naive"};
@@ -292,14 +294,6 @@ ModelConfig model_for(const StepArgs& a, const std::string& size) {
 std::vector<ModelConfig> models(const StepArgs& a) {
   std::vector<ModelConfig> m;
   for (const auto& s : a.size) m.push_back(model_for(a, s));
-  return m;
-}
-
-std::optional<ModelConfig> model_override(const StepArgs& a) {
-  const StepPoint p = first_point(a);
-  if (p.size != "custom" && p.attention == "naive") return std::nullopt;
-  ModelConfig m = model_for(a, p.size);
-  m.attention = parse_attention_backend(p.attention);
   return m;
 }
 
