@@ -159,7 +159,10 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
   const Tensor none;
   check_one_device("rms_norm_backward", {{"h", &h_in}, {"dy", &dy_in}, {"dh", dh_in ? &*dh_in : &none},
                                          {"weight", &weight_in}, {"rstd", &rstd}});
-  if (residual_dtype == h_in.scalar_type()) residual_dtype.reset();
+  // The residual's dtype, h's when it has none; `separate`: its gradient is a tensor of its own. (Plain
+  // values from here on: GCC's -Wmaybe-uninitialized misreads the optional once the kernel path is inlined.)
+  const c10::ScalarType res_dtype = residual_dtype.has_value() ? residual_dtype.value() : h_in.scalar_type();
+  const bool separate = res_dtype != h_in.scalar_type();
 #ifdef LMSCALE_HAS_KERNELS
   const bool kernel = rms_norm_uses_kernel(h_in, std::nullopt, weight_in, dy_in.scalar_type()) &&
                       rstd.scalar_type() == at::kFloat && (!dh_in || dh_in->scalar_type() == h_in.scalar_type());
@@ -169,10 +172,8 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
     Tensor dh = dh_in ? dh_in->contiguous() : Tensor();
     const int64_t C = h.size(-1), rows = h.numel() / C;
     auto dx = at::empty_like(h);
-    // The residual's own dtype, or h's when it has none (value_or: GCC misreads a dereferenced optional here).
-    const c10::ScalarType res_dtype = residual_dtype.value_or(h.scalar_type());
-    const bool dres_by_kernel = res_dtype != h.scalar_type() && fused_kernel_dtype(res_dtype);  // fp16: cast after
-    auto dres = dres_by_kernel ? at::empty_like(h, h.options().dtype(res_dtype)) : at::empty({0}, h.options());
+    const bool dres_by_kernel = separate && fused_kernel_dtype(res_dtype);  // fp16: cast after
+    auto dres = at::empty(dres_by_kernel ? h.sizes() : at::IntArrayRef{0}, h.options().dtype(res_dtype));
     auto partial = at::empty({kernels::rms_norm_bwd_partial_rows(rows), C}, h.options().dtype(at::kFloat));
     auto dweight = at::empty({C}, h.options().dtype(at::kFloat));
     kernels::AddRmsNormBwdParams p;
@@ -191,11 +192,11 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
     p.residual_dtype = fused_dtype(dres_by_kernel ? res_dtype : h.scalar_type());
     p.y_dtype = fused_dtype(dy.scalar_type());
     // The kernel takes the amax of what it stores as the residual's gradient: dres, or dx without one.
-    const bool amax_by_kernel = dresidual_amax && (dres_by_kernel || !residual_dtype);
+    const bool amax_by_kernel = dresidual_amax && (dres_by_kernel || !separate);
     auto amax_bits = fp8_amax_bits_for(amax_by_kernel ? dresidual_amax : Fp8AmaxSlot(), dres_by_kernel ? dres : dx,
                                        p.dresidual_amax);
     kernels::run_rms_norm_bwd(p, at::cuda::getCurrentCUDAStream().stream());
-    if (res_dtype != h.scalar_type() && !dres_by_kernel) dres = dx.to(res_dtype);
+    if (separate && !dres_by_kernel) dres = dx.to(res_dtype);
     if (amax_by_kernel) dresidual_amax->record(dres_by_kernel ? dres : dx, amax_bits);
     else if (dresidual_amax) dresidual_amax->record(dres, fp8_amax(dres));
     return {dx, dweight, dres};
@@ -208,8 +209,8 @@ std::tuple<Tensor, Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const 
   if (dh_in) dh = dh + dh_in->to(mt);
   auto dweight = (dy * h * r).reshape({-1, h.size(-1)}).sum(0);
   auto dx = dh.to(h_in.scalar_type()).contiguous();
-  auto dres = residual_dtype ? dx.to(*residual_dtype) : at::empty({0}, h_in.options());
-  if (dresidual_amax) dresidual_amax->record(residual_dtype ? dres : dx, fp8_amax(residual_dtype ? dres : dx));
+  auto dres = separate ? dx.to(res_dtype) : at::empty({0}, h_in.options());
+  if (dresidual_amax) dresidual_amax->record(separate ? dres : dx, fp8_amax(separate ? dres : dx));
   return {dx, dweight.to(weight_in.scalar_type()), dres};
 }
 
