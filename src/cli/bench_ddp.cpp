@@ -1,6 +1,4 @@
 // `lmscale bench ddp`: the data-parallel designs vs one device (run under `lmscale launch -n 2 --`).
-#include <torch/cuda.h>
-
 #include <iostream>
 
 #include "bench/ddp_bench.h"
@@ -44,15 +42,10 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   app.add_option("--nccl-max-ctas", o->nccl_max_ctas, "NCCL: at most this many CTAs per collective (0: NCCL's choice)");
   app.add_option("--nccl-min-ctas", o->nccl_min_ctas, "NCCL: at least this many CTAs per collective (0: NCCL's choice)");
   app.add_flag("--nccl-high-priority", o->nccl_high_priority, "NCCL: run collectives on a high-priority stream");
-  app.footer(std::string(kDefaultStepHelp) + "\n" +
-             "Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16\n"
-             "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
-             "naming the rank, collective, step and missing ranks.");
+  app.footer(distributed_bench_footer("lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16"));
   app.callback([o, st] {
-    // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
-    apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
-    set_step_options(*st, *o);  // precision per value of the list
-    o->precisions = st->precision;
+    set_distributed_step(*st, *o);
+    o->precisions = st->precision;  // one setup per value of the list
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";
   });

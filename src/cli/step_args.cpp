@@ -6,6 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <torch/cuda.h>
+
 #include "cli/usage.h"
 #include "core/device.h"
 
@@ -261,6 +263,14 @@ void apply_default_step(StepArgs& a, bool gpu) {
                                                     "): add fp8 to --precision or drop --fp8-scaling");
   if (a.cuda_graph.value_or(false) && !gpu)
     throw CLI::ValidationError("--cuda-graph", "captures CUDA work and needs a GPU: drop it or use --device cuda");
+}
+
+bool ranks_use_gpus(const std::string& backend) { return backend != "gloo" && torch::cuda::is_available(); }
+
+std::string distributed_bench_footer(const std::string& example) {
+  return std::string(kDefaultStepHelp) + "\nExample (two ranks on this machine):\n  " + example +
+         "\nA collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
+         "naming the rank, collective, step and missing ranks.";
 }
 
 ModelConfig model_for(const StepArgs& a, const std::string& size) {

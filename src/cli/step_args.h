@@ -126,6 +126,18 @@ void set_step_options(const StepArgs& a, BenchOptions& o) {
   o.warmup = static_cast<int>(a.warmup);
   o.steps = static_cast<int>(a.steps);
 }
+// Whether the ranks of a distributed benchmark run on GPUs: with NCCL, which `auto` picks when there
+// are GPUs; on the CPU with Gloo.
+bool ranks_use_gpus(const std::string& backend);
+// Once a distributed benchmark's command line is parsed: the default step where its ranks run, then
+// the flags into its options.
+template <class BenchOptions>
+void set_distributed_step(StepArgs& a, BenchOptions& o) {
+  apply_default_step(a, ranks_use_gpus(o.backend));
+  set_step_options(a, o);
+}
+// The help footer of bench ddp and bench zero: the default step, the example, the collective timeout.
+std::string distributed_bench_footer(const std::string& example);
 
 // A CLI11 validator accepting one of `choices` (what = "size", "precision", ...), suggesting the
 // nearest on a typo.
