@@ -10,10 +10,7 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
-                                  kReference,
-                              kPrecision | kImpl,
+  add_step_options(app, *st, {kDistributedStepFlags, kPrecision | kImpl,
                               lmscale::distributed::data_parallel_designs(),
                               "data-parallel designs (single = one device, the baseline; zero1/zero2 = the distributed optimizer)",
                               {"train-step"},

@@ -9,9 +9,7 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::ZeroBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
-                                  kReference, kImpl,
+  add_step_options(app, *st, {kDistributedStepFlags, kImpl,
                               {"unsharded", "zero1", "zero2", "zero1-broadcast", "zero1-reduce-scatter"},
                               "optimizer-state layouts",
                               {"train-step"},

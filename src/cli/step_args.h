@@ -108,6 +108,11 @@ StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device);
 // from those options (help prints them); once parsed, the flags back into them, the step through
 // to_setup, so a new step flag changes step_args only. Precision and device stay with the harness
 // (a precision list runs one setup per value; each rank sets its own device).
+// The step flags bench ddp and bench zero take: no --device (each rank has its own), no fast-path
+// or CUDA-graph switches (the designs are compared on the default step).
+constexpr unsigned kDistributedStepFlags =
+    kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps | kReference;
+// Precision stays empty: the default step's (apply_default_step), fp32 with --reference.
 template <class BenchOptions>
 StepArgs step_defaults_from(const BenchOptions& o) {
   StepArgs a;
