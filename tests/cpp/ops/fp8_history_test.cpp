@@ -1,4 +1,4 @@
-// Delayed FP8 scaling (ops/fp8_history.h, kernels/fp8_history_params.h; issue 27). CPU: the roll keeps the
+// Delayed FP8 scaling (ops/fp8_history.h, kernels/fp8_history_params.h). CPU: the roll keeps the
 // largest amax of the last 16 steps and derives the scale by the definition (2^floor(log2(max/amax)),
 // amax 0 → 1, inf or NaN → NaN until it leaves the window); the delayed cast against a reference
 // written from the definition (exact scale, saturation at ±max, NaN kept, inf or NaN poisoning the
