@@ -204,9 +204,9 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   Json cell_extra = Json::object();  // fields of the cell being recorded (the consistency checks it passed)
   auto record = [&](const std::string& impl, const std::string& prec, const Config* c, int64_t n_buckets,
                     const char* metric, double value, const char* unit, const Json& extra = Json::object()) {
-    Json config{{field::size, o.size},       {field::precision, prec},     {field::batch, o.batch},
-                {field::context, o.context}, {field::world, g.world_size}, {field::backend, backend},
-                {field::device, device_name(g.device)},                 {field::fused, o.fused},
+    Json config{{field::size, o.step.model.name},  {field::precision, prec},     {field::batch, o.step.batch},
+                {field::context, o.step.context}, {field::world, g.world_size}, {field::backend, backend},
+                {field::device, device_name(g.device)},      {field::fused, o.step.fused},
                 {field::nccl, distributed::describe(nccl)}};
     if (c && c->bucketed()) config[field::bucket_mb] = c->bucket_mb;
     if (c && c->bucketed() && o.first_bucket_mb >= 0) config[field::first_bucket_mb] = o.first_bucket_mb;
@@ -223,14 +223,9 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
   std::set<std::string> noise_why;  // (design, (step, loss))
   for (size_t pi = 0; pi < o.precisions.size(); ++pi) {
     const std::string& prec = o.precisions[pi];
-    StepSetup setup;
-    setup.model = o.model ? *o.model : model_config(o.size);
-    setup.model.context_length = std::max(setup.model.context_length, o.context);
-    setup.batch = o.batch;
-    setup.context = o.context;
+    StepSetup setup = o.step;  // default: the fastest single-device step (fused kernels where they exist)
     setup.precision = parse_dtype(prec);
     setup.device = g.device;
-    setup.fused = o.fused;  // default: the fastest single-device step (fused kernels where they exist)
     // Loss curves: each rank its own data, and every design from the same fresh model.
     if (o.loss_every > 0) setup.seed = static_cast<uint64_t>(g.rank);
     auto ts_owner = std::make_unique<TrainingStep>(setup);
@@ -247,7 +242,7 @@ std::string run_ddp_bench(const DdpBenchOptions& o) {
         ts_owner = std::make_unique<TrainingStep>(setup);
       }
       TrainingStep& ts = *ts_owner;
-      OpenLine line(std::cerr, lead, "[ddp] " + o.size + " " + prec + " " + c.label());
+      OpenLine line(std::cerr, lead, "[ddp] " + o.step.model.name + " " + prec + " " + c.label());
       std::unique_ptr<distributed::DataParallelStep> dp;
       int64_t n_b = -1, state_bytes = 0, grad_bytes = 0;
       double sent_bytes = 0;  // per rank per step, ring algorithms (Note [bus bandwidth] in comm_bench.cpp)

@@ -6,19 +6,30 @@
 // traces showing the overlap, and the bucket-size overhead model of docs/spec.md §2 (Note [DDP
 // overhead model] in ddp_bench.cpp) checked against the measured best.
 #pragma once
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "train/training_step.h"
 
 namespace lmscale {
 
+// The step bench ddp and bench zero run unless told otherwise: xl, context 512, batch 4 per rank.
+inline StepSetup distributed_bench_step() {
+  StepSetup s;
+  s.model = model_config("xl");
+  s.context = 512;
+  s.model.context_length = std::max(s.model.context_length, s.context);
+  return s;
+}
+
 struct DdpBenchOptions {
-  std::string size = "xl";
-  std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
+  // The step every design runs (model, batch per rank, context, the fast-path switches; by default
+  // StepSetup's fused path at xl, context 512): each precision below sets its precision, each rank
+  // its device.
+  StepSetup step = distributed_bench_step();
   std::vector<std::string> precisions{"fp32", "bf16"};
-  bool fused = true;  // StepSetup::fused: fused kernels where they exist (false: the unfused reference)
   std::vector<std::string> impls{"single", "naive", "flat", "overlap", "bucketed"};  // also "zero2"
   std::vector<double> bucket_mb{1, 10, 100, 1000};
   double first_bucket_mb = -1;                    // bucketed / zero2: cap of the first bucket (<0: same)
@@ -32,8 +43,6 @@ struct DdpBenchOptions {
   // NCCL's defaults); see distributed::NcclTuning.
   int nccl_max_ctas = 0, nccl_min_ctas = 0;
   bool nccl_high_priority = false;
-  int64_t batch = 4;     // per rank
-  int64_t context = 512;
   int warmup = 2;
   int steps = 5;
   std::string backend = "auto";  // nccl when GPUs are visible, else gloo

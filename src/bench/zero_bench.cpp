@@ -44,14 +44,6 @@ int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
   return b;
 }
 
-int64_t adamw_state_bytes(const torch::optim::Optimizer& opt) {
-  int64_t b = 0;
-  for (const auto& [key, st] : opt.state())
-    if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(st.get()))
-      b += tensor_bytes({s->exp_avg(), s->exp_avg_sq(), s->max_exp_avg_sq()});
-  return b;
-}
-
 // The designs on the default step (distributed/data_parallel.h): unsharded = bucketed DDP with every rank
 // running the step's fused AdamW; zero1 / zero2 = the distributed optimizer's layouts.
 bool on_the_step(const std::string& impl) { return impl == "unsharded" || impl == "zero1" || impl == "zero2"; }
@@ -60,14 +52,8 @@ Measured run_config(const std::string& impl, const ZeroBenchOptions& o, const Gr
   const c10::Device dev = g.device;
   release_cached_memory(dev);
   reset_peak_memory(dev);
-  StepSetup setup;
-  setup.model = o.model ? *o.model : model_config(o.size);
-  setup.model.context_length = std::max(setup.model.context_length, o.context);
-  setup.batch = o.batch;
-  setup.context = o.context;
-  setup.precision = parse_dtype(o.precision);
+  StepSetup setup = o.step;
   setup.device = dev;
-  setup.fused = o.fused;
   Measured m;
   TrainingStep ts(setup);  // its FusedAdamW allocates state lazily: never stepped by the sharded designs
   std::vector<at::Tensor> params = ts.model()->parameters();
@@ -191,11 +177,12 @@ std::string run_zero_bench(const ZeroBenchOptions& o) {
   std::vector<Json> records;
   double base_ms = NAN;
   for (const auto& impl : o.impls) {
-    OpenLine line(std::cerr, lead, "[zero] " + o.size + " " + o.precision + " " + impl);
+    const std::string precision = dtype_name(o.step.precision);
+    OpenLine line(std::cerr, lead, "[zero] " + o.step.model.name + " " + precision + " " + impl);
     Record cell("zero", "lmscale-" + impl);
-    cell.update(Json{{field::size, o.size},       {field::precision, o.precision}, {field::batch, o.batch},
-                     {field::context, o.context}, {field::world, g.world_size},    {field::backend, backend},
-                     {field::device, device_name(g.device)},      {field::fused, o.fused}});
+    cell.update(Json{{field::size, o.step.model.name},  {field::precision, precision}, {field::batch, o.step.batch},
+                     {field::context, o.step.context}, {field::world, g.world_size}, {field::backend, backend},
+                     {field::device, device_name(g.device)},      {field::fused, o.step.fused}});
     Measured m;
     try {
       m = run_config(impl, o, g);

@@ -9,19 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "bench/ddp_bench.h"
 
 namespace lmscale {
 
 struct ZeroBenchOptions {
-  std::string size = "xl";
-  std::optional<ModelConfig> model;  // when set (custom sizes, --attention): the model, named `size`
-  std::string precision = "fp32";
-  bool fused = true;  // StepSetup::fused: fused kernels where they exist (false: the unfused reference)
+  // The step every layout runs (model, precision, batch per rank, context, the fast-path switches; by
+  // default fp32 at xl, context 512, the step of bench ddp); each rank sets its device.
+  StepSetup step = distributed_bench_step();
   std::vector<std::string> impls{"unsharded", "zero1", "zero2", "zero1-broadcast", "zero1-reduce-scatter"};
   double bucket_mb = 100;  // unsharded, zero1, zero2: gradient bucket cap (MiB)
-  int64_t batch = 4;
-  int64_t context = 512;
   int warmup = 2;
   int steps = 5;
   std::string backend = "auto";

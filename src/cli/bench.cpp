@@ -35,13 +35,9 @@ lmscale::E2ESweep to_sweep(const BenchArgs& a, c10::Device device) {
   s.baseline_scope = a.baseline_scope;
   s.resume = a.resume;
   s.model_context = a.model_context;
-  s.base.setup.batch = st.batch;  // model, context and precision are set per point (sweep_config)
-  s.base.setup.device = device;
-  s.base.setup.fused = st.fused;
-  s.base.setup.optimizer_in_backward = st.optimizer_in_backward;
-  if (st.optimizer_overlap) s.base.setup.optimizer_overlap = *st.optimizer_overlap;
-  if (st.fp8_min_dim) s.base.setup.fp8.min_dim = *st.fp8_min_dim;
-  if (st.fp8_scaling) s.base.setup.fp8.scaling = parse_fp8_scaling(*st.fp8_scaling);
+  // Batch, device and the fast path from the flags; model, context and precision are set per point
+  // (sweep_config).
+  s.base.setup = cli::to_setup(st, cli::first_point(st), device);
   s.base.warmup = static_cast<int>(st.warmup);
   s.base.steps = static_cast<int>(st.steps);
   if (st.cuda_graph) s.base.cuda_graph = *st.cuda_graph;
@@ -106,8 +102,6 @@ LMSCALE_SUBCOMMAND("", "bench", "end-to-end training benchmark (and, nested, the
       std::cout << "lmscale: no GPU found: running on the CPU"
                 << (st.size.empty() ? " with the small CPU configuration (tiny, context 128, fp32)" : "")
                 << "; on a GPU machine this runs small, context 512, bf16\n";
-    if (st.size.empty()) st.size = {gpu ? "small" : "tiny"};
-    if (st.context.empty()) st.context = {gpu ? 512 : 128};
     apply_default_step(st, gpu);
     lmscale::check_output_folder(a->out);  // config.toml beside the records, before the first measurement
     lmscale::write_text(a->out + "/config.toml",

@@ -1,6 +1,4 @@
 // `lmscale bench ddp`: the data-parallel designs vs one device (run under `lmscale launch -n 2 --`).
-#include <torch/cuda.h>
-
 #include <iostream>
 
 #include "bench/ddp_bench.h"
@@ -12,10 +10,7 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::DdpBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
-                                  kReference,
-                              kPrecision | kImpl,
+  add_step_options(app, *st, {kDistributedStepFlags, kPrecision | kImpl,
                               lmscale::distributed::data_parallel_designs(),
                               "data-parallel designs (single = one device, the baseline; zero1/zero2 = the distributed optimizer)",
                               {"train-step"},
@@ -44,15 +39,10 @@ LMSCALE_SUBCOMMAND("bench", "ddp", "data-parallel step time: DDP policies and th
   app.add_option("--nccl-max-ctas", o->nccl_max_ctas, "NCCL: at most this many CTAs per collective (0: NCCL's choice)");
   app.add_option("--nccl-min-ctas", o->nccl_min_ctas, "NCCL: at least this many CTAs per collective (0: NCCL's choice)");
   app.add_flag("--nccl-high-priority", o->nccl_high_priority, "NCCL: run collectives on a high-priority stream");
-  app.footer(std::string(kDefaultStepHelp) + "\n" +
-             "Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16\n"
-             "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
-             "naming the rank, collective, step and missing ranks.");
+  app.footer(distributed_bench_footer("lmscale launch -n 2 -- bench ddp --size small --precision fp32,bf16"));
   app.callback([o, st] {
-    // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
-    apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
-    copy_common_step_fields(*st, *o);
-    o->precisions = st->precision;
+    set_distributed_step(*st, *o);
+    o->precisions = st->precision;  // one setup per value of the list
     std::string table = lmscale::run_ddp_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/ddp.{jsonl,md}\n";
   });

@@ -1,6 +1,4 @@
 // `lmscale bench zero`: ZeRO-1 memory and time vs unsharded (run under `lmscale launch -n 2 --`).
-#include <torch/cuda.h>
-
 #include <iostream>
 
 #include "bench/zero_bench.h"
@@ -11,9 +9,7 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   using namespace lmscale::cli;
   auto o = std::make_shared<lmscale::ZeroBenchOptions>();
   auto st = std::make_shared<StepArgs>(step_defaults_from(*o));
-  st->precision.clear();  // the default step (apply_default_step), fp32 with --reference
-  add_step_options(app, *st, {kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps |
-                                  kReference, kImpl,
+  add_step_options(app, *st, {kDistributedStepFlags, kImpl,
                               {"unsharded", "zero1", "zero2", "zero1-broadcast", "zero1-reduce-scatter"},
                               "optimizer-state layouts",
                               {"train-step"},
@@ -25,15 +21,9 @@ LMSCALE_SUBCOMMAND("bench", "zero", "optimizer-state and gradient sharding (ZeRO
   app.add_option("--check-consistency", o->check_consistency,
                  "every N steps compare every parameter's checksum across ranks; stop at the first that differs (0: off)")
       ->check(whole_at_least(0))->capture_default_str();
-  app.footer(std::string(kDefaultStepHelp) + "\n" +
-             "Example (two ranks on this machine):\n  lmscale launch -n 2 -- bench zero --size small --precision bf16\n"
-             "A collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
-             "naming the rank, collective, step and missing ranks.");
+  app.footer(distributed_bench_footer("lmscale launch -n 2 -- bench zero --size small --precision bf16"));
   app.callback([o, st] {
-    // The ranks run on GPUs with NCCL (auto picks it when there are GPUs), on the CPU with Gloo.
-    apply_default_step(*st, o->backend != "gloo" && torch::cuda::is_available());
-    copy_common_step_fields(*st, *o);
-    o->precision = st->precision.front();
+    set_distributed_step(*st, *o);
     std::string table = lmscale::run_zero_bench(*o);
     if (!table.empty()) std::cout << table << "\nwrote " << o->out << "/zero.{jsonl,md}\n";
   });

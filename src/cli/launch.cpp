@@ -25,7 +25,7 @@ int64_t params_of(const std::vector<std::string>& command) {
   for (const auto& word : command)
     if (word.rfind("--size=", 0) == 0) size = word.substr(7, word.find(',') == std::string::npos ? std::string::npos : word.find(',') - 7);
   const bool ddp_or_zero = command.size() >= 2 && command[0] == "bench" && (command[1] == "ddp" || command[1] == "zero");
-  if (size.empty() && ddp_or_zero) size = lmscale::DdpBenchOptions{}.size;
+  if (size.empty() && ddp_or_zero) size = lmscale::distributed_bench_step().model.name;
   if (size.empty() || size == "custom") return 0;
   try {
     return lmscale::model_config(size).param_count();

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <torch/cuda.h>
+
 #include "cli/usage.h"
 #include "core/device.h"
 
@@ -247,6 +249,8 @@ const char* const kDefaultStepHelp =
     "(fp32, naive attention, unfused, eager).";
 
 void apply_default_step(StepArgs& a, bool gpu) {
+  if (a.size.empty()) a.size = {gpu ? "small" : "tiny"};
+  if (a.context.empty()) a.context = {gpu ? 512 : 128};
   const bool fast = gpu && !a.reference;
   if (a.precision.empty()) a.precision = {fast ? "bf16" : "fp32"};
   if (a.attention.empty()) a.attention = {fast ? "flash" : "naive"};
@@ -259,6 +263,14 @@ void apply_default_step(StepArgs& a, bool gpu) {
                                                     "): add fp8 to --precision or drop --fp8-scaling");
   if (a.cuda_graph.value_or(false) && !gpu)
     throw CLI::ValidationError("--cuda-graph", "captures CUDA work and needs a GPU: drop it or use --device cuda");
+}
+
+bool ranks_use_gpus(const std::string& backend) { return backend != "gloo" && torch::cuda::is_available(); }
+
+std::string distributed_bench_footer(const std::string& example) {
+  return std::string(kDefaultStepHelp) + "\nExample (two ranks on this machine):\n  " + example +
+         "\nA collective that does not finish within LMSCALE_DIST_TIMEOUT_S seconds (default 300) stops the run, "
+         "naming the rank, collective, step and missing ranks.";
 }
 
 ModelConfig model_for(const StepArgs& a, const std::string& size) {
@@ -292,14 +304,6 @@ ModelConfig model_for(const StepArgs& a, const std::string& size) {
 std::vector<ModelConfig> models(const StepArgs& a) {
   std::vector<ModelConfig> m;
   for (const auto& s : a.size) m.push_back(model_for(a, s));
-  return m;
-}
-
-std::optional<ModelConfig> model_override(const StepArgs& a) {
-  const StepPoint p = first_point(a);
-  if (p.size != "custom" && p.attention == "naive") return std::nullopt;
-  ModelConfig m = model_for(a, p.size);
-  m.attention = parse_attention_backend(p.attention);
   return m;
 }
 

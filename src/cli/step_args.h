@@ -71,8 +71,10 @@ struct StepArgs {
 void add_step_options(CLI::App& app, StepArgs& a, const StepOptions& which);
 
 // Note [one default step]: every subcommand that runs the model (bench, profile, memory, bench ddp,
-// bench zero) runs the same step unless told otherwise, so what is profiled is what is benchmarked.
+// bench zero, train) runs the same step unless told otherwise, so what is profiled is what is benchmarked.
 // Called once the command line is parsed; fills only what it left unset:
+//   size, context (lists a subcommand cleared to mean "by device": bench, train): small, 512 on a
+//                GPU; tiny, 128 on the CPU;
 //   GPU:         bf16 autocast, flash attention, fused kernels (and, where the subcommand replays
 //                the step, one CUDA graph): the fastest correct path, the README's headline;
 //   CPU:         fp32, naive attention (CPU autocast and the CPU flash reference only add time);
@@ -87,37 +89,6 @@ extern const char* const kDefaultStepHelp;
 // --heads/--vocab (a usage error naming the missing flags when they are absent).
 ModelConfig model_for(const StepArgs& a, const std::string& size);
 std::vector<ModelConfig> models(const StepArgs& a);
-// For harnesses that take a size name and an optional model (bench ddp/zero): the model of the
-// first --size when it is custom or its attention is not the default naive, else nothing.
-std::optional<ModelConfig> model_override(const StepArgs& a);
-
-// The fields every distributed benchmark's options share (bench ddp, bench zero), copied from the
-// step flags once the command line is parsed; precision stays with the caller (a list or one value).
-template <class DistributedBenchOptions>
-void copy_common_step_fields(const StepArgs& a, DistributedBenchOptions& o) {
-  o.size = a.size.front();
-  o.fused = a.fused;
-  o.model = model_override(a);
-  o.context = a.context.front();
-  o.impls = a.impl;
-  o.batch = a.batch;
-  o.warmup = static_cast<int>(a.warmup);
-  o.steps = static_cast<int>(a.steps);
-}
-
-// The other way round: the step flags' defaults from a distributed benchmark's options, before the
-// flags are added (precision stays with the caller, as above).
-template <class DistributedBenchOptions>
-StepArgs step_defaults_from(const DistributedBenchOptions& o) {
-  StepArgs a;
-  a.size = {o.size};
-  a.context = {o.context};
-  a.impl = o.impls;
-  a.batch = o.batch;
-  a.warmup = o.warmup;
-  a.steps = o.steps;
-  return a;
-}
 
 // One point of the grid the lists span.
 struct StepPoint {
@@ -131,6 +102,47 @@ StepPoint first_point(const StepArgs& a);
 // The StepSetup of one point: model (with attention and a context length that covers `context`),
 // batch, precision, device, seed and the fast-path switches. The one place flags become a setup.
 StepSetup to_setup(const StepArgs& a, const StepPoint& p, c10::Device device);
+
+// A benchmark's options carry the step as a StepSetup (`step`) with its own counts and implementations
+// (`warmup`, `steps`, `impls`): bench ddp, bench zero. Before the flags are added, the flags' defaults
+// from those options (help prints them); once parsed, the flags back into them, the step through
+// to_setup, so a new step flag changes step_args only. Precision and device stay with the harness
+// (a precision list runs one setup per value; each rank sets its own device).
+// The step flags bench ddp and bench zero take: no --device (each rank has its own), no fast-path
+// or CUDA-graph switches (the designs are compared on the default step).
+constexpr unsigned kDistributedStepFlags =
+    kSize | kContext | kPrecision | kMode | kAttention | kImpl | kBatch | kWarmup | kSteps | kReference;
+// Precision stays empty: the default step's (apply_default_step), fp32 with --reference.
+template <class BenchOptions>
+StepArgs step_defaults_from(const BenchOptions& o) {
+  StepArgs a;
+  a.size = {o.step.model.name};
+  a.context = {o.step.context};
+  a.batch = o.step.batch;
+  a.impl = o.impls;
+  a.warmup = o.warmup;
+  a.steps = o.steps;
+  return a;
+}
+template <class BenchOptions>
+void set_step_options(const StepArgs& a, BenchOptions& o) {
+  o.step = to_setup(a, first_point(a), o.step.device);
+  o.impls = a.impl;
+  o.warmup = static_cast<int>(a.warmup);
+  o.steps = static_cast<int>(a.steps);
+}
+// Whether the ranks of a distributed benchmark run on GPUs: with NCCL, which `auto` picks when there
+// are GPUs; on the CPU with Gloo.
+bool ranks_use_gpus(const std::string& backend);
+// Once a distributed benchmark's command line is parsed: the default step where its ranks run, then
+// the flags into its options.
+template <class BenchOptions>
+void set_distributed_step(StepArgs& a, BenchOptions& o) {
+  apply_default_step(a, ranks_use_gpus(o.backend));
+  set_step_options(a, o);
+}
+// The help footer of bench ddp and bench zero: the default step, the example, the collective timeout.
+std::string distributed_bench_footer(const std::string& example);
 
 // A CLI11 validator accepting one of `choices` (what = "size", "precision", ...), suggesting the
 // nearest on a typo.

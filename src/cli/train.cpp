@@ -53,11 +53,8 @@ void run(TrainArgs a, const CLI::App& app) {
   const c10::Device device = resolve_device(st.device);
   const bool gpu = device.is_cuda();
   set_run_gpu(device_name(device));
-  // The same device-dependent defaults as `lmscale bench`.
-  if (st.size.empty()) st.size = {gpu ? "small" : "tiny"};
-  if (st.context.empty()) st.context = {gpu ? 512 : 128};
-  if (st.precision.empty()) st.precision = {gpu ? "bf16" : "fp32"};
-  if (st.attention.empty()) st.attention = {gpu ? "flash" : "naive"};
+  // The default step with its by-device size and context, as in `lmscale bench` (Note [one default step]).
+  cli::apply_default_step(st, gpu);
 
   TrainOptions o;
   o.base.train_path = a.train_file;

@@ -14,7 +14,7 @@
 #include "kernels/fp8_amax.cuh"
 #include "kernels/fp8_cast_params.h"
 #include "kernels/fp8_delayed.cuh"
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "kernels/fused_elementwise.cuh"
 
 namespace lmscale::kernels {

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "kernels/fp8_scale.h"
 #include "kernels/fused_dtype.h"
 

@@ -1,6 +1,6 @@
 // Device helpers for the kernels that write FP8 operands through a 64×64 tile: fp8_cast.cu's cast,
 // and the producers that write an operand in FP8 themselves under delayed scaling (kernels/
-// fp8_history.h). The tile a block owns and its launch grid, eight values quantized to eight FP8 bytes,
+// fp8_history_params.h). The tile a block owns and its launch grid, eight values quantized to eight FP8 bytes,
 // the tile's transposed write, and the block's amax committed to the history. One conversion for all
 // of them, so a producer's bytes equal the cast's for the same scale. Header-only, no ATen.
 #pragma once
@@ -11,7 +11,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_amax.cuh"
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 
 namespace lmscale::kernels::fp8_tile {
 

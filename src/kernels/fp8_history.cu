@@ -1,9 +1,9 @@
-// The roll of the delayed-scaling histories at the end of a step; see fp8_history.h. One thread per
+// The roll of the delayed-scaling histories at the end of a step; see fp8_history_params.h. One thread per
 // operand (a few hundred per model): a single small node in the step's CUDA graph.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 
 namespace lmscale::kernels {
 namespace {

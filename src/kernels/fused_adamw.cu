@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) adamw_update_kernel(const AdamWTenso
       }
     }
   }
-  // A stored inf or NaN: the decode factor the weight is finished with turns NaN (fp8_history.h).
+  // A stored inf or NaN: the decode factor the weight is finished with turns NaN (fp8_history_params.h).
   if (fh && a >= 0x7f800000u) fh->inv_scale = __uint_as_float(0x7fc00000u);
   if (amax) {  // one atomic per warp: the max over the block is not worth a barrier here
 #pragma unroll

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 
 namespace lmscale::kernels {
 
@@ -23,7 +23,7 @@ struct AdamWTensorList {
   // With a bf16 copy: atomic max of |copy| into *amax_bits (the bits of a non-negative float as an
   // unsigned int, kernels/fp8_scale.h), or null. The FP8 weights' scale, taken in the same pass.
   unsigned* amax_bits[kAdamWTensorsPerLaunch] = {};
-  // With a bf16 copy, under delayed FP8 scaling (fp8_history.h): the updated weight's FP8 bytes
+  // With a bf16 copy, under delayed FP8 scaling (fp8_history_params.h): the updated weight's FP8 bytes
   // (fp8(copy·s), s the history's scale, saturating; numel bytes, the param's rows of the row-major
   // FP8 weight), and max |copy| into fp8_history[k]->amax instead of amax_bits (a stored inf or NaN sets
   // its inv_scale to NaN). Null: none.

@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(kSumCols* kSumSlices)
 }
 
 void check_cols(int cols, const char* what) {
-  if (cols <= 0 || cols > kAddRmsNormMaxCols)
+  if (cols <= 0 || cols > kRmsNormMaxCols)
     throw std::runtime_error(std::string(what) + ": row width " + std::to_string(cols) + " is outside 1.." +
-                             std::to_string(kAddRmsNormMaxCols) + "; use the unfused RMSNorm for such rows");
+                             std::to_string(kRmsNormMaxCols) + "; use the unfused RMSNorm for such rows");
 }
 
 int sm_count() {
@@ -156,21 +156,21 @@ int sm_count() {
 
 }  // namespace
 
-int64_t add_rmsnorm_bwd_partial_rows(int64_t rows) {
+int64_t rms_norm_bwd_partial_rows(int64_t rows) {
   const int64_t blocks = 4 * static_cast<int64_t>(sm_count());  // enough threads in flight per SM
   return rows < blocks ? rows : blocks;
 }
 
-void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
-  check_cols(p.cols, "add_rmsnorm forward");
+void run_rms_norm_fwd(const AddRmsNormFwdParams& p, void* stream) {
+  check_cols(p.cols, "rms_norm forward");
   auto st = static_cast<cudaStream_t>(stream);
   zero_amax(p.y_amax, st);
   if (p.rows == 0) return;
-  if (p.rows > 0x7fffffff) throw std::runtime_error("add_rmsnorm forward: more than 2^31 - 1 rows in one launch");
+  if (p.rows > 0x7fffffff) throw std::runtime_error("rms_norm forward: more than 2^31 - 1 rows in one launch");
   const bool vec = p.cols % 4 == 0 && aligned(p.x, 16) && aligned(p.residual, 16) && aligned(p.h_out, 16) &&
                    aligned(p.y_out, 16) && aligned(p.gain, 16) && aligned(p.y_fp8.data, 4);
   if (p.y_fp8.history && (p.y_dtype != FusedDtype::kBF16 || !p.y_fp8.data))
-    throw std::runtime_error("add_rmsnorm forward: an FP8 y (delayed scaling) needs bf16 y and its FP8 buffer");
+    throw std::runtime_error("rms_norm forward: an FP8 y (delayed scaling) needs bf16 y and its FP8 buffer");
   const int threads = threads_for_row(vec ? p.cols / 4 : p.cols);
   with_types(p.x_dtype, p.residual_dtype, p.y_dtype, [&](auto tx, auto tr, auto ty) {
     using TX = typename decltype(tx)::type;
@@ -179,18 +179,18 @@ void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& p, void* stream) {
     auto kernel = vec ? add_rmsnorm_fwd_kernel<TX, TR, TY, 4> : add_rmsnorm_fwd_kernel<TX, TR, TY, 1>;
     kernel<<<static_cast<unsigned>(p.rows), threads, 0, st>>>(p);
   });
-  LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm forward kernel");
+  LMSCALE_CUDA_CHECK_LAUNCH("rms_norm forward kernel");
 }
 
-void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& p, void* stream) {
-  check_cols(p.cols, "add_rmsnorm backward");
+void run_rms_norm_bwd(const AddRmsNormBwdParams& p, void* stream) {
+  check_cols(p.cols, "rms_norm backward");
   auto st = static_cast<cudaStream_t>(stream);
   zero_amax(p.dresidual_amax, st);
   if (p.rows == 0) {
     LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.dgain_out, 0, sizeof(float) * p.cols, st));
     return;
   }
-  const int64_t blocks = add_rmsnorm_bwd_partial_rows(p.rows);
+  const int64_t blocks = rms_norm_bwd_partial_rows(p.rows);
   const bool vec = p.cols % 4 == 0 && aligned(p.h, 16) && aligned(p.dy, 16) && aligned(p.dh_in, 16) &&
                    aligned(p.dx_out, 16) && aligned(p.dresidual_out, 16) && aligned(p.gain, 16) &&
                    aligned(p.dgain_partial, 16);
@@ -206,10 +206,10 @@ void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& p, void* stream) {
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     kernel<<<static_cast<unsigned>(blocks), threads, smem, st>>>(p);
   });
-  LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm backward kernel");
+  LMSCALE_CUDA_CHECK_LAUNCH("rms_norm backward kernel");
   sum_partials_kernel<<<(p.cols + kSumCols - 1) / kSumCols, dim3(kSumCols, kSumSlices), 0, st>>>(
       p.dgain_partial, blocks, p.cols, p.dgain_out);
-  LMSCALE_CUDA_CHECK_LAUNCH("add_rmsnorm dgain column sum");
+  LMSCALE_CUDA_CHECK_LAUNCH("rms_norm dgain column sum");
 }
 
 }  // namespace lmscale::kernels

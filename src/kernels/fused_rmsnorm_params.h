@@ -11,18 +11,18 @@
 // FP8 (saves a pass): y and the residual's gradient are FP8 GEMM operands (QKV or W1/W3 input; the dY of
 // the output projection or W2); given a slot, each kernel also takes max |·| of what it stores there,
 // bit-identical to fp8_amax_kernel's pass over the stored tensor (kernels/fp8_amax.cuh).
-// Under delayed scaling (fp8_history.h) the forward writes y in FP8 itself (row-major; a row kernel
+// Under delayed scaling (fp8_history_params.h) the forward writes y in FP8 itself (row-major; a row kernel
 // cannot write the transpose coalesced, run_fp8_transpose does it from the FP8 bytes).
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "kernels/fused_dtype.h"
 
 namespace lmscale::kernels {
 
 // Largest C the kernels take: the backward keeps one fp32 dg partial per column in shared memory.
-constexpr int kAddRmsNormMaxCols = 12288;
+constexpr int kRmsNormMaxCols = 12288;
 
 struct AddRmsNormFwdParams {
   const void* x = nullptr;         // (rows, C), x_dtype
@@ -33,7 +33,7 @@ struct AddRmsNormFwdParams {
   float* rstd_out = nullptr;       // (rows)
   uint32_t* y_amax = nullptr;      // or null: max |y| as stored, float bits (fp8_scale.h); zeroed by the launcher
   // Delayed scaling: y as FP8 bytes (y_fp8.data, row-major; data_t unused) with the history's scale, its
-  // amax into the history (fp8_history.h). y_out may then be null. Needs bf16 y and C a multiple of 4.
+  // amax into the history (fp8_history_params.h). y_out may then be null. Needs bf16 y and C a multiple of 4.
   Fp8DelayedOut y_fp8;
   int64_t rows = 0;
   int cols = 0;
@@ -49,7 +49,7 @@ struct AddRmsNormBwdParams {
   const float* rstd = nullptr;  // (rows), from the forward
   void* dx_out = nullptr;       // (rows, C), h_dtype
   void* dresidual_out = nullptr;  // (rows, C), residual_dtype, or null (then the caller uses dx)
-  float* dgain_partial = nullptr;  // workspace (add_rmsnorm_bwd_partial_rows(rows), C) fp32
+  float* dgain_partial = nullptr;  // workspace (rms_norm_bwd_partial_rows(rows), C) fp32
   float* dgain_out = nullptr;      // (C)
   // Or null: max |residual's gradient| as stored (dresidual_out, or dx_out when that is null), float
   // bits (fp8_scale.h); zeroed by the launcher.
@@ -61,10 +61,10 @@ struct AddRmsNormBwdParams {
 
 // Rows of the backward's dg workspace: one per block of the backward launch (a few per SM of the
 // current device), at most `rows`.
-int64_t add_rmsnorm_bwd_partial_rows(int64_t rows);
+int64_t rms_norm_bwd_partial_rows(int64_t rows);
 
 // Launch on `stream` (cudaStream_t as void*); throw std::runtime_error on a bad size or a CUDA error.
-void run_add_rmsnorm_fwd(const AddRmsNormFwdParams& params, void* stream);
-void run_add_rmsnorm_bwd(const AddRmsNormBwdParams& params, void* stream);
+void run_rms_norm_fwd(const AddRmsNormFwdParams& params, void* stream);
+void run_rms_norm_bwd(const AddRmsNormBwdParams& params, void* stream);
 
 }  // namespace lmscale::kernels

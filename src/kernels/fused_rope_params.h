@@ -5,11 +5,11 @@
 // upcasts, two complex multiplies, two downcasts and a copy of v. Backward is the transpose: dq and
 // dk rotated back, dv copied, into the GEMM output's gradient (B·T, 3C), which is the QKV GEMM's dY:
 // given a slot, the backward also takes its max |·| as stored (FP8, no own pass; kernels/fp8_amax.cuh),
-// and under delayed scaling (fp8_history.h) writes it in FP8 itself, both layouts (run_rope_qkv_bwd_fp8).
+// and under delayed scaling (fp8_history_params.h) writes it in FP8 itself, both layouts (run_rope_qkv_bwd_fp8).
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 
 namespace lmscale::kernels {
 

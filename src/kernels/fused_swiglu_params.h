@@ -7,12 +7,12 @@
 // row stride (column blocks of one wider GEMM operand); out and dout are contiguous.
 // FP8 (saves a pass): out is W2's input, da and db the dY of W1 and W3; given a slot, the kernel also
 // takes max |·| of what it stores there, bit-identical to fp8_amax_kernel's pass (kernels/fp8_amax.cuh).
-// Under delayed scaling (fp8_history.h) the kernel writes those operands in FP8 itself, both layouts,
+// Under delayed scaling (fp8_history_params.h) the kernel writes those operands in FP8 itself, both layouts,
 // with the scale of the step's history, instead of bf16 for a cast pass to read (run_swiglu_*_fp8).
 #pragma once
 #include <cstdint>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "kernels/fused_dtype.h"
 
 namespace lmscale::kernels {

@@ -233,7 +233,7 @@ std::pair<torch::Tensor, torch::Tensor> RMSNormImpl::add_forward(const torch::Te
   const auto dev = x.device().type();
   const auto h_dtype = residual.defined() ? at::promote_types(x.scalar_type(), residual.scalar_type()) : x.scalar_type();
   const bool autocast = at::autocast::is_autocast_enabled(dev) && x.is_floating_point();
-  return ops::add_rmsnorm(x, residual, gain, eps, autocast ? at::autocast::get_autocast_dtype(dev) : h_dtype, y_amax,
+  return ops::rms_norm(x, residual, gain, eps, autocast ? at::autocast::get_autocast_dtype(dev) : h_dtype, y_amax,
                           dresidual_amax);
 }
 
@@ -263,7 +263,7 @@ torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x, const ops::Fp8AmaxSlot
   // then writes no bf16 gate at all.
   ops::Fp8AmaxSlot gate_amax =
       fused_gate && w2->uses_fp8(a) ? w2->fp8_amax_slot(Fp8Operand::kInput) : ops::Fp8AmaxSlot();
-  auto gate = fused_gate ? ops::silu_mul(a, b, gate_amax, da_amax, db_amax) : torch::silu(a) * b;
+  auto gate = fused_gate ? ops::swiglu(a, b, gate_amax, da_amax, db_amax) : torch::silu(a) * b;
   if (!w2->uses_fp8(gate)) return w2(gate);
   const auto qgate = quantize_fp8_input(gate, gate_amax);
   return w2->forward_fp8(gate, &qgate, dy_amax);

@@ -123,7 +123,7 @@ class RMSNormImpl : public torch::nn::Module {
   explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
   // Upcasts to fp32, normalises, scales by the gain and casts back to the input dtype.
   torch::Tensor forward(const torch::Tensor& x);
-  // The residual add fused in (ops::add_rmsnorm; one kernel each way on CUDA): h = x + residual
+  // The residual add fused in (ops::rms_norm; one kernel each way on CUDA): h = x + residual
   // (residual undefined: h is x) and y = RMSNorm(h), y already in the autocast dtype when autocast is
   // on (the next matmul would cast it anyway). The same values as h = x + residual; forward(h).
   // The slots (ops/fp8_amax.h), when given, receive y's amax and the residual gradient's amax for the
@@ -144,7 +144,7 @@ class SwiGLUImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax = {},
                         const ops::Fp8AmaxSlot& dy_amax = {});
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-  bool fused_gate = false;  // silu(·) ⊙ (·) as one kernel each way (ops::silu_mul)
+  bool fused_gate = false;  // silu(·) ⊙ (·) as one kernel each way (ops::swiglu)
 };
 TORCH_MODULE(SwiGLU);
 

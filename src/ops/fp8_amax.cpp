@@ -104,6 +104,13 @@ Fp8AmaxSlot new_fp8_amax_slot() { return c10::make_intrusive<Fp8Amax>(); }
 
 at::Tensor empty_fp8_amax_bits(const at::Tensor& like) { return at::empty({1}, like.options().dtype(at::kInt)); }
 
+at::Tensor fp8_amax_bits_for(const Fp8AmaxSlot& slot, const at::Tensor& t, uint32_t*& param) {
+  if (!slot) return {};
+  auto bits = empty_fp8_amax_bits(t);
+  param = reinterpret_cast<uint32_t*>(bits.data_ptr<int32_t>());
+  return bits;
+}
+
 at::Tensor fp8_amax(const at::Tensor& x_in) {
   TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat, "fp8_amax: x is ",
               x_in.scalar_type(), "; give bf16 or fp32");

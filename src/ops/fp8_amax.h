@@ -72,6 +72,9 @@ at::Tensor fp8_amax(const at::Tensor& x);
 // The slot a producer writes into for a tensor like `like`: int32 (1), uninitialised (the producer's
 // launcher zeroes it on the stream, CUDA-graph safe).
 at::Tensor empty_fp8_amax_bits(const at::Tensor& like);
+// For a producer kernel that takes t's amax as it writes t: when `slot` asks for it, such bits with
+// `param` (the kernel's params field) pointed at them; otherwise an undefined tensor, `param` untouched.
+at::Tensor fp8_amax_bits_for(const Fp8AmaxSlot& slot, const at::Tensor& t, uint32_t*& param);
 
 // Identity in forward; backward records its gradient's amax (fp8_amax) into `slot` and passes the
 // gradient on unchanged. The ATen producers' stand-in for a kernel that takes the amax as it writes:

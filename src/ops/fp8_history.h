@@ -1,5 +1,5 @@
 // Delayed FP8 scaling (no amax pass), the ATen side: the amax histories of FP8 operands as int32 rows on
-// the device (layout kernels/fp8_history.h), their roll at the end of a step, and the delayed cast in
+// the device (layout kernels/fp8_history_params.h), their roll at the end of a step, and the delayed cast in
 // ATen ops (the CPU path, and the fallback where a producer kernel cannot write FP8 itself). Which
 // operands use it, and when, is the model's choice (LinearImpl::fp8_amax_slot, TransformerLM).
 #pragma once
@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "ops/fp8_amax.h"
 #include "ops/fp8_quantize.h"
 

@@ -1,10 +1,13 @@
-// Bridge to the fused QKV-split + RoPE kernels; see fused_rope.h.
+// The one bridge to the fused QKV-split + RoPE kernels; see fused_rope.h.
 #include "ops/fused_rope.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include <array>
+#include <utility>
+
+#include "ops/fused_checks.h"
 
 #ifdef LMSCALE_HAS_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -15,8 +18,17 @@
 #endif
 
 namespace lmscale::ops {
+namespace {
 
-void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t heads) {
+using at::Tensor;
+
+void check_rope(const char* op, const char* name, const Tensor& t, const Tensor& rotation) {
+  check_one_device(op, {{name, &t}, {"rotation", &rotation}});
+  check_floating(op, name, t);
+  check_floating(op, "rotation", rotation);
+}
+
+void check_rope_qkv_shapes(const Tensor& qkv, const Tensor& rotation, int64_t heads) {
   TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "rope_qkv: qkv must be (B, T, 3C), got ", qkv.sizes());
   const int64_t C = qkv.size(2) / 3;
   TORCH_CHECK(heads > 0 && C % heads == 0 && (C / heads) % 2 == 0, "rope_qkv: C = ", C, " must split into ", heads,
@@ -27,62 +39,125 @@ void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, in
               C / heads, " (need (>=T, D/2, 2))");
 }
 
-namespace {
-
-#ifdef LMSCALE_HAS_KERNELS
-kernels::RopeQkvParams params_for(const at::Tensor& qkv_like, const at::Tensor& rotation, int64_t heads) {
-  kernels::RopeQkvParams p;
-  p.batch = static_cast<int>(qkv_like.size(0));
-  p.seqlen = static_cast<int>(qkv_like.size(1));
-  p.heads = static_cast<int>(heads);
-  p.head_dim = static_cast<int>(qkv_like.size(2) / 3 / heads);
-  p.rotation = rotation.data_ptr<float>();
-  p.dtype = qkv_like.scalar_type() == at::kBFloat16 ? kernels::RopeDtype::kBF16 : kernels::RopeDtype::kFP32;
-  return p;
+// (cos, sin) of the first T positions in the math dtype, each (T, D/2).
+std::pair<Tensor, Tensor> rope_table(const Tensor& rotation, int64_t T, at::ScalarType mt) {
+  auto table = rotation.slice(0, 0, T).to(mt);
+  return {table.select(-1, 0), table.select(-1, 1)};
 }
 
-struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
-  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv_in,
-                                              const at::Tensor& rotation, int64_t heads, const Fp8AmaxSlot& dqkv_amax) {
-    c10::cuda::CUDAGuard guard(qkv_in.device());
-    // Rows of the (B·T, 3C) matrix must be dense; a GEMM output always is.
-    auto qkv = qkv_in.stride(2) == 1 && qkv_in.stride(0) == qkv_in.size(1) * qkv_in.stride(1) ? qkv_in
-                                                                                              : qkv_in.contiguous();
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
-    auto opts = qkv.options();
-    auto q = at::empty({B, heads, T, D}, opts), k = at::empty_like(q), v = at::empty_like(q);
-    auto p = params_for(qkv, rotation, heads);
-    p.qkv_in = qkv.data_ptr();
-    p.qkv_row_stride = qkv.stride(1);
-    p.q_out = q.data_ptr();
-    p.k_out = k.data_ptr();
-    p.v_out = v.data_ptr();
-    kernels::run_rope_qkv_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+#ifdef LMSCALE_HAS_KERNELS
+kernels::RopeQkvParams params_for(int64_t B, int64_t T, int64_t heads, int64_t D, const Tensor& rotation,
+                                  at::ScalarType dtype) {
+  kernels::RopeQkvParams p;
+  p.batch = static_cast<int>(B);
+  p.seqlen = static_cast<int>(T);
+  p.heads = static_cast<int>(heads);
+  p.head_dim = static_cast<int>(D);
+  p.rotation = rotation.data_ptr<float>();
+  p.dtype = dtype == at::kBFloat16 ? kernels::RopeDtype::kBF16 : kernels::RopeDtype::kFP32;
+  return p;
+}
+#endif
+
+struct RopeQkvFunction : torch::autograd::Function<RopeQkvFunction> {
+  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const Tensor& qkv,
+                                              const Tensor& rotation, int64_t heads, const Fp8AmaxSlot& dqkv_amax) {
+    auto [q, k, v] = rope_qkv_forward(qkv, rotation, heads);
     ctx->save_for_backward({rotation});
     ctx->saved_data["heads"] = heads;
-    ctx->saved_data["shape"] = qkv.sizes().vec();
     save_fp8_amax_slot(ctx, "dqkv_amax", dqkv_amax);
     return {q, k, v};
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
-    auto rotation = ctx->get_saved_variables()[0];
-    const int64_t heads = ctx->saved_data["heads"].toInt();
-    const auto shape = ctx->saved_data["shape"].toIntVector();
     // Some output may not reach the loss: its gradient is zero.
-    const at::Tensor* defined = nullptr;
+    const Tensor* defined = nullptr;
     for (const auto& t : g)
       if (t.defined()) defined = &t;
     TORCH_INTERNAL_ASSERT(defined != nullptr);
-    std::array<at::Tensor, 3> d;
-    for (int i = 0; i < 3; ++i) d[i] = g[i].defined() ? g[i].contiguous() : at::zeros_like(*defined);
-    c10::cuda::CUDAGuard guard(d[0].device());
-    auto dqkv = at::empty(shape, d[0].options());
-    auto p = params_for(dqkv, rotation, heads);
-    p.q = d[0].data_ptr();
-    p.k = d[1].data_ptr();
-    p.v = d[2].data_ptr();
+    std::array<Tensor, 3> d;
+    for (int i = 0; i < 3; ++i) d[i] = g[i].defined() ? g[i] : at::zeros_like(*defined);
+    auto dqkv = rope_qkv_backward(d[0], d[1], d[2], ctx->get_saved_variables()[0], ctx->saved_data["heads"].toInt(),
+                                  /*rotate_half=*/false, saved_fp8_amax_slot(ctx, "dqkv_amax"));
+    return {dqkv, Tensor(), Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+bool rope_qkv_uses_kernel(const Tensor& qkv, const Tensor& rotation) {
+#ifdef LMSCALE_HAS_KERNELS
+  return qkv.is_cuda() && fused_kernel_dtype(qkv.scalar_type()) && qkv.numel() > 0 &&
+         rotation.device() == qkv.device() && rotation.scalar_type() == at::kFloat;
+#else
+  (void)qkv, (void)rotation;
+  return false;
+#endif
+}
+
+std::tuple<Tensor, Tensor, Tensor> rope_qkv_forward(const Tensor& qkv_in, const Tensor& rotation_in, int64_t heads,
+                                                     bool rotate_half) {
+  check_rope("rope_qkv_forward", "qkv", qkv_in, rotation_in);
+  check_rope_qkv_shapes(qkv_in, rotation_in, heads);
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), C = qkv_in.size(2) / 3, D = C / heads;
+  if (rotate_half || !rope_qkv_uses_kernel(qkv_in, rotation_in)) {
+    const auto mt = fused_math_dtype(qkv_in.scalar_type());
+    auto parts = qkv_in.reshape({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+    auto [cos, sin] = rope_table(rotation_in, T, mt);
+    auto rotate = [&](const Tensor& x) {
+      if (rotate_half) {
+        auto xm = x.to(mt);
+        auto x0 = xm.narrow(-1, 0, D / 2), x1 = xm.narrow(-1, D / 2, D / 2);
+        return at::cat({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).to(qkv_in.scalar_type());
+      }
+      auto pairs = x.to(mt).unflatten(-1, {D / 2, 2});
+      auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+      return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(qkv_in.scalar_type());
+    };
+    // v is copied even where its view happens to be contiguous: an op's output must not alias its input.
+    return {rotate(parts[0]).contiguous(), rotate(parts[1]).contiguous(), parts[2].clone(at::MemoryFormat::Contiguous)};
+  }
+#ifdef LMSCALE_HAS_KERNELS
+  c10::cuda::CUDAGuard guard(qkv_in.device());
+  // Rows of the (B·T, 3C) matrix must be dense; a GEMM output always is, and is read in place.
+  auto qkv = qkv_in.stride(2) == 1 && qkv_in.stride(0) == qkv_in.size(1) * qkv_in.stride(1) ? qkv_in
+                                                                                            : qkv_in.contiguous();
+  auto rotation = rotation_in.contiguous();
+  auto q = at::empty({B, heads, T, D}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
+  auto p = params_for(B, T, heads, D, rotation, qkv.scalar_type());
+  p.qkv_in = qkv.data_ptr();
+  p.qkv_row_stride = qkv.stride(1);
+  p.q_out = q.data_ptr();
+  p.k_out = k.data_ptr();
+  p.v_out = v.data_ptr();
+  kernels::run_rope_qkv_fwd(p, at::cuda::getCurrentCUDAStream().stream());
+  return {q, k, v};
+#else
+  TORCH_CHECK(false, "unreachable");
+#endif
+}
+
+Tensor rope_qkv_backward(const Tensor& dq_in, const Tensor& dk_in, const Tensor& dv_in, const Tensor& rotation_in,
+                         int64_t heads, bool rotate_half, const Fp8AmaxSlot& dqkv_amax) {
+  TORCH_CHECK(dq_in.dim() == 4 && dk_in.sizes() == dq_in.sizes() && dv_in.sizes() == dq_in.sizes() &&
+                  dq_in.size(1) == heads,
+              "rope_qkv_backward: dq, dk, dv must be one (B, H, T, D) shape with H = ", heads, "; got ", dq_in.sizes(),
+              ", ", dk_in.sizes(), ", ", dv_in.sizes());
+  check_rope("rope_qkv_backward", "dq", dq_in, rotation_in);
+  check_one_device("rope_qkv_backward", {{"dq", &dq_in}, {"dk", &dk_in}, {"dv", &dv_in}});
+  const int64_t B = dq_in.size(0), T = dq_in.size(2), D = dq_in.size(3), C = heads * D;
+  const auto dt = dq_in.scalar_type();
+  if (!rotate_half && rope_qkv_uses_kernel(dq_in, rotation_in) && dk_in.scalar_type() == dt &&
+      dv_in.scalar_type() == dt) {
+#ifdef LMSCALE_HAS_KERNELS
+    c10::cuda::CUDAGuard guard(dq_in.device());
+    auto dq = dq_in.contiguous(), dk = dk_in.contiguous(), dv = dv_in.contiguous();
+    auto rotation = rotation_in.contiguous();
+    auto dqkv = at::empty({B, T, 3 * C}, dq.options());
+    auto p = params_for(B, T, heads, D, rotation, dt);
+    p.q = dq.data_ptr();
+    p.k = dk.data_ptr();
+    p.v = dv.data_ptr();
     p.qkv_grad = dqkv.data_ptr();
-    const auto dqkv_amax = saved_fp8_amax_slot(ctx, "dqkv_amax");
     auto stream = at::cuda::getCurrentCUDAStream().stream();
     if (dqkv_amax && dqkv_amax->delayed()) {
       // The QKV GEMM reads only the FP8 form: dqkv is handed on unwritten (Fp8Amax::record_quantized).
@@ -92,59 +167,37 @@ struct RopeQkvKernel : torch::autograd::Function<RopeQkvKernel> {
       if (kernels::rope_qkv_fp8_ok(fp)) {
         kernels::run_rope_qkv_bwd_fp8(fp, stream);
         dqkv_amax->record_quantized(dqkv, std::move(q));
-        return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};
+        return dqkv;
       }
     }
-    at::Tensor dqkv_amax_bits = dqkv_amax ? empty_fp8_amax_bits(dqkv) : at::Tensor();
-    if (dqkv_amax) p.qkv_grad_amax = reinterpret_cast<uint32_t*>(dqkv_amax_bits.data_ptr<int32_t>());
+    auto dqkv_amax_bits = fp8_amax_bits_for(dqkv_amax, dqkv, p.qkv_grad_amax);
     kernels::run_rope_qkv_bwd(p, stream);
     if (dqkv_amax) dqkv_amax->record(dqkv, dqkv_amax_bits);
-    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor()};
+    return dqkv;
+#endif
   }
-};
-#endif
-
-}  // namespace
-
-bool rope_qkv_uses_kernel(const at::Tensor& qkv) {
-#ifdef LMSCALE_HAS_KERNELS
-  return qkv.is_cuda() && (qkv.scalar_type() == at::kBFloat16 || qkv.scalar_type() == at::kFloat) &&
-         qkv.dim() == 3 && qkv.stride(2) == 1;
-#else
-  (void)qkv;
-  return false;
-#endif
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, const at::Tensor& rotation,
-                                                        int64_t heads, const Fp8AmaxSlot& dqkv_amax) {
-  check_rope_qkv_shapes(qkv, rotation, heads);
-#ifdef LMSCALE_HAS_KERNELS
-  if (rope_qkv_uses_kernel(qkv) && rotation.is_cuda() && rotation.scalar_type() == at::kFloat &&
-      rotation.is_contiguous() && rotation.device() == qkv.device()) {
-    auto out = RopeQkvKernel::apply(qkv, rotation, heads, dqkv_amax);
-    return {out[0], out[1], out[2]};
-  }
-#endif
-  // The amax contract with ATen ops: qkv's gradient as autograd hands it over.
-  return rope_qkv_reference(record_grad_amax(qkv, dqkv_amax), rotation, heads);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv_reference(const at::Tensor& qkv, const at::Tensor& rotation,
-                                                                  int64_t heads) {
-  check_rope_qkv_shapes(qkv, rotation, heads);
-  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
-  auto parts = qkv.reshape({B, T, 3, heads, D}).transpose(1, 3);  // (B, H, 3, T, D)
-  const auto dt = at::promote_types(qkv.scalar_type(), at::kFloat);
-  auto table = rotation.slice(0, 0, T).to(dt);
-  auto cos = table.select(-1, 0), sin = table.select(-1, 1);  // (T, D/2)
-  auto rotate = [&](const at::Tensor& x) {
-    auto pairs = x.to(dt).unflatten(-1, {D / 2, 2});
-    auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-    return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(qkv.scalar_type());
+  const auto mt = fused_math_dtype(dt);
+  auto [cos, sin] = rope_table(rotation_in, T, mt);
+  auto unrotate = [&](const Tensor& y) {
+    if (rotate_half) {
+      auto ym = y.to(mt);
+      auto y0 = ym.narrow(-1, 0, D / 2), y1 = ym.narrow(-1, D / 2, D / 2);
+      return at::cat({y0 * cos + y1 * sin, y1 * cos - y0 * sin}, -1).to(dt);
+    }
+    auto pairs = y.to(mt).unflatten(-1, {D / 2, 2});
+    auto y0 = pairs.select(-1, 0), y1 = pairs.select(-1, 1);
+    return at::stack({y0 * cos + y1 * sin, y1 * cos - y0 * sin}, -1).flatten(-2).to(dt);
   };
-  return {rotate(parts.select(2, 0)).contiguous(), rotate(parts.select(2, 1)).contiguous(),
-          parts.select(2, 2).contiguous()};
+  auto parts = at::stack({unrotate(dq_in), unrotate(dk_in), dv_in.to(dt)}, 0);  // (3, B, H, T, D)
+  auto dqkv = parts.permute({1, 3, 0, 2, 4}).reshape({B, T, 3 * C});
+  if (dqkv_amax) dqkv_amax->record(dqkv, fp8_amax(dqkv));
+  return dqkv;
+}
+
+std::tuple<Tensor, Tensor, Tensor> rope_qkv(const Tensor& qkv, const Tensor& rotation, int64_t heads,
+                                            const Fp8AmaxSlot& dqkv_amax) {
+  auto out = RopeQkvFunction::apply(qkv, rotation, heads, dqkv_amax);
+  return {out[0], out[1], out[2]};
 }
 
 }  // namespace lmscale::ops

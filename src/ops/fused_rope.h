@@ -1,6 +1,7 @@
-// The bridge to the fused QKV-split + RoPE kernels (src/kernels/fused_rope.cu) and their reference.
-// Input: the one QKV GEMM's output (B, T, 3C), columns [q | k | v]; output: q and k rotated by RoPE
-// (interleaved pairs, the fp32 (cos, sin) table of RotaryEmbedding), and v, each (B, H, T, D).
+// The one bridge to the fused QKV-split + RoPE kernels (src/kernels/fused_rope.cu) and their ATen
+// reference, for the C++ model (rope_qkv, differentiable) and torch.ops.lmscale.rope_qkv_{forward,
+// backward} (fused_library.cpp). Input: the one QKV GEMM's output (B, T, 3C), columns [q | k | v];
+// output: q and k rotated by RoPE (the fp32 (cos, sin) table of RotaryEmbedding), and v, each (B, H, T, D).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -10,23 +11,29 @@
 
 namespace lmscale::ops {
 
-// Throws, naming the problem, unless qkv is (B, T, 3C) with C = heads × an even D and rotation covers
-// (≥T, D/2, 2). Shared with the torch.ops.lmscale.rope_qkv_* ops (fused_library.cpp).
-void check_rope_qkv_shapes(const at::Tensor& qkv, const at::Tensor& rotation, int64_t heads);
+// Whether rope_qkv_forward/backward run the CUDA kernels for this input (CUDA, bf16 or fp32, an fp32
+// rotation on the same device, the adjacent layout, kernels built); otherwise they run the reference
+// (fp32 math, fp64 for fp64 inputs).
+bool rope_qkv_uses_kernel(const at::Tensor& qkv, const at::Tensor& rotation);
 
-// Whether rope_qkv runs the CUDA kernel for this input (CUDA, bf16 or fp32, last dim contiguous,
-// kernels built); otherwise it runs rope_qkv_reference.
-bool rope_qkv_uses_kernel(const at::Tensor& qkv);
+// qkv (B, T, 3C) = [q | k | v] → q, k rotated by the (cos, sin) of rotation (≥T, D/2, 2) fp32, v as is,
+// each (B, H, T, D) contiguous, qkv's dtype. Pair i of a head is (2i, 2i+1) (adjacent: the spec's,
+// GPT-J's) or, with rotate_half, (i, i + D/2) (Hugging Face's Llama and GPT-NeoX: q·cos +
+// rotate_half(q)·sin). The kernel serves the adjacent layout; rotate_half runs the reference on every device.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv_forward(const at::Tensor& qkv, const at::Tensor& rotation,
+                                                                int64_t heads, bool rotate_half = false);
 
-// Differentiable. rotation: (≥T, D/2, 2) fp32 (cos, sin). Outputs contiguous (B, H, T, D), qkv's dtype.
-// Given dqkv_amax (ops/fp8_amax.h), the backward records the amax of qkv's gradient as it writes it
-// (the dY of the FP8 QKV GEMM); the CPU path keeps the same contract with ATen ops.
+// The transpose: dq, dk (B, H, T, D) rotated back (x0 = y0·cos + y1·sin, x1 = −y0·sin + y1·cos), dv as is,
+// into dqkv (B, T, 3C). Given dqkv_amax (ops/fp8_amax.h), dqkv's amax is recorded there as it is written
+// (the dY of the FP8 QKV GEMM); under delayed scaling the kernel writes that GEMM's FP8 operand instead
+// (dqkv is then handed on unwritten).
+at::Tensor rope_qkv_backward(const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                             const at::Tensor& rotation, int64_t heads, bool rotate_half = false,
+                             const Fp8AmaxSlot& dqkv_amax = {});
+
+// Differentiable in qkv (the C++ model, adjacent layout): rope_qkv_forward, with rope_qkv_backward as its
+// gradient.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv(const at::Tensor& qkv, const at::Tensor& rotation,
                                                         int64_t heads, const Fp8AmaxSlot& dqkv_amax = {});
-
-// The same with ATen ops (any device and float dtype; the rotation in at least fp32): the CPU path
-// and the tests' oracle (run in fp64).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rope_qkv_reference(const at::Tensor& qkv, const at::Tensor& rotation,
-                                                                  int64_t heads);
 
 }  // namespace lmscale::ops

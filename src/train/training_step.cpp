@@ -141,7 +141,7 @@ void TrainingStep::forward(StepMode mode) {
   AutocastScope autocast(setup_.device.type(), setup_.precision);
   auto logits = model_(inputs_);
   const bool fused_loss = setup_.fused && setup_.device.is_cuda() && setup_.parts.cross_entropy_kernel;
-  loss_ = fused_loss ? ops::cross_entropy_mean(logits, targets_) : cross_entropy(logits, targets_);
+  loss_ = fused_loss ? ops::cross_entropy(logits, targets_) : cross_entropy(logits, targets_);
 }
 
 void TrainingStep::backward() {

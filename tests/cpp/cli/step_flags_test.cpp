@@ -49,6 +49,29 @@ TEST(StepFlags, DistributedBenchmarksSayWhyTheyRunTheTrainStepOnly) {
   }
 }
 
+// bench ddp and bench zero take their step from the shared flags as one StepSetup (to_setup): what a
+// flag sets reaches the records, --reference's unfused step included, and the help states the
+// distributed benchmarks' own defaults (xl, context 512) from that setup.
+TEST(StepFlags, DistributedBenchmarksRunTheStepTheFlagsDescribe) {
+  const struct {
+    const char* sub;
+    const char* impl;
+    const char* records;
+  } runs[] = {{"bench ddp", "single", "ddp.jsonl"}, {"bench zero", "unsharded", "zero.jsonl"}};
+  for (const auto& run : runs) {
+    const CliRun r = run_into(std::string("step-") + run.impl,
+                              std::string("launch -n 2 -- ") + run.sub + " --backend gloo --size tiny --context 16 "
+                              "--batch 2 --warmup 0 --steps 1 --reference --impl " + run.impl, run.records);
+    ASSERT_EQ(r.cli.exit_code, 0) << run.sub << "\n" << r.cli.output;
+    for (const char* field : {"\"size\":\"tiny\"", "\"context\":16", "\"batch\":2", "\"precision\":\"fp32\"",
+                              "\"fused\":false"})
+      EXPECT_NE(r.records.find(field), std::string::npos) << run.sub << ": no " << field << "\n" << r.records;
+    const auto help = run_cli(std::string(run.sub) + " --help").output;
+    for (const char* shown : {"custom}=xl", "--context INT=512"})
+      EXPECT_NE(help.find(shown), std::string::npos) << run.sub << " --help does not show " << shown << "\n" << help;
+  }
+}
+
 TEST(StepFlags, ProfileModeChoosesThePhases) {
   const CliRun r = run_into("profile-mode", "profile --device cpu --size tiny --context 16 --mode forward-backward "
                          "--warmup 0 --steps 1", "profile.jsonl");

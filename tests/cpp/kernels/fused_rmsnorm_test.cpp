@@ -20,7 +20,7 @@ constexpr double kEps = 1e-5;
 
 }  // namespace
 
-TEST(AddRmsNormReference, MatchesAddThenRMSNormModule) {
+TEST(RmsNormReference, MatchesAddThenRMSNormModule) {
   torch::manual_seed(51);
   RMSNorm norm(24);
   norm->to(torch::kDouble);
@@ -30,7 +30,7 @@ TEST(AddRmsNormReference, MatchesAddThenRMSNormModule) {
   }
   auto x = torch::randn({2, 5, 24}, torch::kDouble).requires_grad_(true);
   auto r = torch::randn({2, 5, 24}, torch::kDouble).requires_grad_(true);
-  auto [h, y] = ops::add_rmsnorm_reference(x, r, norm->gain, kEps, torch::kDouble);
+  auto [h, y] = ops::rms_norm(x, r, norm->gain, kEps, torch::kDouble);
   auto h2 = x + r;
   auto y2 = norm(h2);
   EXPECT_LT(max_rel(h, h2), 1e-14);
@@ -41,12 +41,12 @@ TEST(AddRmsNormReference, MatchesAddThenRMSNormModule) {
   auto g2 = torch::autograd::grad({(h2 * w[0]).sum() + (y2 * w[1]).sum()}, wrt);
   for (size_t i = 0; i < g1.size(); ++i) EXPECT_LT(max_rel(g1[i], g2[i]), 1e-12) << "gradient " << i;
   // Without a residual, h is x itself and y is the norm of x.
-  auto [hx, yx] = ops::add_rmsnorm(x, torch::Tensor(), norm->gain, kEps, torch::kDouble);
+  auto [hx, yx] = ops::rms_norm(x, torch::Tensor(), norm->gain, kEps, torch::kDouble);
   EXPECT_TRUE(hx.is_same(x));
   EXPECT_LT(max_rel(yx, norm(x)), 1e-12);
 }
 
-TEST(AddRmsNormKernel, MatchesFp64ReferenceForwardAndBackward) {
+TEST(RmsNormKernel, MatchesFp64ReferenceForwardAndBackward) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   struct Mix {
     torch::ScalarType x, residual, y;
@@ -64,13 +64,13 @@ TEST(AddRmsNormKernel, MatchesFp64ReferenceForwardAndBackward) {
       auto x = (3 * torch::randn({2, 7, C}, cuda)).to(m.x).requires_grad_(true);
       auto r = m.has_residual ? torch::randn({2, 7, C}, cuda).to(m.residual).requires_grad_(true) : torch::Tensor();
       auto gain = torch::rand({C}, cuda).add_(0.5).requires_grad_(true);
-      ASSERT_TRUE(ops::add_rmsnorm_uses_kernel(x, r, gain, m.y));
+      ASSERT_TRUE(ops::rms_norm_uses_kernel(x, r, gain, m.y));
       testing::poison_cuda_cache();
-      auto [h, y] = ops::add_rmsnorm(x, r, gain, kEps, m.y);
+      auto [h, y] = ops::rms_norm(x, r, gain, kEps, m.y);
       auto x64 = x.detach().to(torch::kDouble).requires_grad_(true);
       auto r64 = m.has_residual ? r.detach().to(torch::kDouble).requires_grad_(true) : torch::Tensor();
       auto g64 = gain.detach().to(torch::kDouble).requires_grad_(true);
-      auto [rh, ry] = ops::add_rmsnorm_reference(x64, r64, g64, kEps, torch::kDouble);
+      auto [rh, ry] = ops::rms_norm(x64, r64, g64, kEps, torch::kDouble);
       const std::string what = "C " + std::to_string(C) + " x " + c10::toString(m.x) + " residual " +
                                 (m.has_residual ? c10::toString(m.residual) : "none") + " y " + c10::toString(m.y);
       EXPECT_EQ(y.scalar_type(), m.y) << what;
@@ -94,14 +94,14 @@ TEST(AddRmsNormKernel, MatchesFp64ReferenceForwardAndBackward) {
   }
 }
 
-TEST(AddRmsNormKernel, GradientOfYAloneAndOfHAlone) {
+TEST(RmsNormKernel, GradientOfYAloneAndOfHAlone) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(53);
   auto cuda = torch::TensorOptions().device(torch::kCUDA);
   auto x = torch::randn({5, 96}, cuda).requires_grad_(true);
   auto r = torch::randn({5, 96}, cuda).requires_grad_(true);
   auto gain = torch::ones({96}, cuda).requires_grad_(true);
-  auto [h, y] = ops::add_rmsnorm(x, r, gain, kEps, torch::kFloat);
+  auto [h, y] = ops::rms_norm(x, r, gain, kEps, torch::kFloat);
   // Only h read: its gradient passes straight through; gain gets zero.
   auto g = torch::autograd::grad({h.sum()}, {x, r, gain}, {}, /*retain_graph=*/true);
   EXPECT_TRUE(torch::allclose(g[0], torch::ones_like(x)) && torch::allclose(g[1], torch::ones_like(r)));
@@ -109,7 +109,7 @@ TEST(AddRmsNormKernel, GradientOfYAloneAndOfHAlone) {
   // Only y read: the norm's gradient alone, as the reference gives it. (A random weighting: Σ y²
   // itself is nearly constant in x, its gradient nearly zero.)
   auto x64 = x.detach().to(torch::kDouble).requires_grad_(true);
-  auto [rh, ry] = ops::add_rmsnorm_reference(x64, r.detach().to(torch::kDouble), gain.detach().to(torch::kDouble),
+  auto [rh, ry] = ops::rms_norm(x64, r.detach().to(torch::kDouble), gain.detach().to(torch::kDouble),
                                              kEps, torch::kDouble);
   auto w = torch::randn({5, 96}, torch::TensorOptions().dtype(torch::kDouble).device(torch::kCUDA));
   auto gy = torch::autograd::grad({(y.to(torch::kDouble) * w).sum()}, {x})[0];
@@ -117,10 +117,10 @@ TEST(AddRmsNormKernel, GradientOfYAloneAndOfHAlone) {
   EXPECT_LT(max_rel(gy, ry_g), 1e-5);
 }
 
-TEST(AddRmsNorm, RejectsMismatchedShapes) {
+TEST(RmsNorm, RejectsMismatchedShapes) {
   auto x = torch::randn({3, 8});
-  EXPECT_THROW(ops::add_rmsnorm(x, torch::randn({3, 7}), torch::ones({8}), kEps, torch::kFloat), c10::Error);
-  EXPECT_THROW(ops::add_rmsnorm(x, torch::Tensor(), torch::ones({7}), kEps, torch::kFloat), c10::Error);
+  EXPECT_THROW(ops::rms_norm(x, torch::randn({3, 7}), torch::ones({8}), kEps, torch::kFloat), c10::Error);
+  EXPECT_THROW(ops::rms_norm(x, torch::Tensor(), torch::ones({7}), kEps, torch::kFloat), c10::Error);
 }
 
 }  // namespace lmscale

@@ -24,7 +24,7 @@ TEST(RopeQkvReference, MatchesRotaryEmbeddingAndSplit) {
   torch::manual_seed(41);
   RotaryEmbedding rope(10000.0, D, 16);
   auto qkv = torch::randn({B, T, 3 * C}, torch::kDouble).requires_grad_(true);
-  auto [q, k, v] = ops::rope_qkv_reference(qkv, rope->rotation, H);
+  auto [q, k, v] = ops::rope_qkv(qkv, rope->rotation, H);
   auto split = [&](int i) { return qkv.narrow(-1, i * C, C).view({B, T, H, D}).transpose(1, 2); };
   auto rq = rope(split(0)), rk = rope(split(1)), rv = split(2);
   EXPECT_LT(max_rel(q, rq), 1e-12);
@@ -48,10 +48,10 @@ TEST(RopeQkvKernel, MatchesFp64ReferenceForwardAndBackward) {
       // strided: rows of 3C taken from a wider matrix, as a view (row stride 3C + 6).
       auto base = torch::randn({B, T, 3 * C + (strided ? 6 : 0)}, opts);
       auto qkv = base.narrow(-1, 0, 3 * C).detach().requires_grad_(true);
-      ASSERT_TRUE(ops::rope_qkv_uses_kernel(qkv));
+      ASSERT_TRUE(ops::rope_qkv_uses_kernel(qkv, rope->rotation));
       auto [q, k, v] = ops::rope_qkv(qkv, rope->rotation, H);
       auto ref_in = qkv.detach().to(torch::kDouble).requires_grad_(true);
-      auto [rq, rk, rv] = ops::rope_qkv_reference(ref_in, rope->rotation, H);
+      auto [rq, rk, rv] = ops::rope_qkv(ref_in, rope->rotation, H);
       const double tol = dtype == torch::kFloat ? 1e-6 : 8e-3;
       EXPECT_LT(max_rel(q, rq), tol) << dtype << " strided " << strided;
       EXPECT_LT(max_rel(k, rk), tol) << dtype << " strided " << strided;

@@ -13,12 +13,12 @@ namespace lmscale {
 
 using testing::max_rel;
 
-TEST(SiluMulReference, MatchesTheKernelsFormulas) {
+TEST(SwiGluReference, MatchesTheKernelsFormulas) {
   torch::manual_seed(61);
   auto a = (3 * torch::randn({4, 33}, torch::kDouble)).requires_grad_(true);
   auto b = torch::randn({4, 33}, torch::kDouble).requires_grad_(true);
   auto dout = torch::randn({4, 33}, torch::kDouble);
-  auto out = ops::silu_mul(a, b);  // the CPU runs the reference
+  auto out = ops::swiglu(a, b);  // the CPU runs the reference
   auto s = torch::sigmoid(a.detach());
   EXPECT_LT(max_rel(out, a.detach() * s * b.detach()), 1e-14);
   auto g = torch::autograd::grad({out}, {a, b}, {dout});
@@ -26,7 +26,7 @@ TEST(SiluMulReference, MatchesTheKernelsFormulas) {
   EXPECT_LT(max_rel(g[1], dout * a.detach() * s), 1e-13);
 }
 
-TEST(SiluMulKernel, MatchesFp64ReferenceForwardAndBackward) {
+TEST(SwiGluKernel, MatchesFp64ReferenceForwardAndBackward) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     for (int64_t F : {1000, 999}) {
@@ -42,12 +42,12 @@ TEST(SiluMulKernel, MatchesFp64ReferenceForwardAndBackward) {
           a = (2 * torch::randn({2, 7, F}, opts)).requires_grad_(true);
           b = torch::randn({2, 7, F}, opts).requires_grad_(true);
         }
-        ASSERT_TRUE(ops::silu_mul_uses_kernel(a, b));
+        ASSERT_TRUE(ops::swiglu_uses_kernel(a, b));
         testing::poison_cuda_cache();
-        auto out = ops::silu_mul(a, b);
+        auto out = ops::swiglu(a, b);
         auto a64 = a.detach().to(torch::kDouble).requires_grad_(true);
         auto b64 = b.detach().to(torch::kDouble).requires_grad_(true);
-        auto ref = ops::silu_mul_reference(a64, b64);
+        auto ref = ops::swiglu(a64, b64);
         const double tol = dtype == torch::kFloat ? 1e-5 : 1e-2;
         const std::string what = std::string(c10::toString(dtype)) + " F " + std::to_string(F) +
                                  (strided ? " strided" : "");
@@ -64,9 +64,9 @@ TEST(SiluMulKernel, MatchesFp64ReferenceForwardAndBackward) {
   }
 }
 
-TEST(SiluMul, RejectsMismatchedInputs) {
-  EXPECT_THROW(ops::silu_mul(torch::randn({3, 8}), torch::randn({3, 7})), c10::Error);
-  EXPECT_THROW(ops::silu_mul(torch::randn({3, 8}), torch::randn({3, 8}, torch::kDouble)), c10::Error);
+TEST(SwiGlu, RejectsMismatchedInputs) {
+  EXPECT_THROW(ops::swiglu(torch::randn({3, 8}), torch::randn({3, 7})), c10::Error);
+  EXPECT_THROW(ops::swiglu(torch::randn({3, 8}), torch::randn({3, 8}, torch::kDouble)), c10::Error);
 }
 
 }  // namespace lmscale

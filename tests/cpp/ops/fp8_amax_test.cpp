@@ -150,6 +150,46 @@ TEST(Fp8Amax, RecordGradAmaxRecordsTheGradientTheConsumerGets) {
   EXPECT_EQ(ops::record_grad_amax(x, {}).data_ptr(), x.data_ptr()) << "no slot: x itself";
 }
 
+// The fused ops' CPU paths (their ATen references, one function each with the kernels' path) keep the
+// producers' contract: each slot names the very tensor the consumer gets (the result, or the gradient
+// autograd hands on) with its amax, so a model on the CPU feeds its FP8 consumers as the kernels do.
+TEST(Fp8Amax, TheFusedOpsReferencesRecordWhatTheConsumerGets) {
+  auto expect_amax = [](const ops::Fp8AmaxSlot& slot, const torch::Tensor& t, const std::string& what) {
+    const auto bits = slot->bits_for(t);
+    ASSERT_TRUE(bits.defined()) << what << ": the slot does not name the tensor the consumer gets";
+    EXPECT_EQ(bits_of(bits), reference_amax_bits(t)) << what;
+  };
+  const auto bf16 = torch::kBFloat16;
+  const auto finite = Special::kFinite;
+  auto x = values(32, 64, torch::kFloat, finite, 1).requires_grad_(true);
+  auto r = values(32, 64, bf16, finite, 2).requires_grad_(true);
+  auto gain = (torch::rand({64}) + 0.5f).requires_grad_(true);
+  auto y_amax = ops::new_fp8_amax_slot(), dres_amax = ops::new_fp8_amax_slot();
+  auto [h, y] = ops::rms_norm(x, r, gain, 1e-5, bf16, y_amax, dres_amax);
+  expect_amax(y_amax, y, "rms_norm y");
+  auto dn = torch::autograd::grad({h, y}, {x, r}, {values(32, 64, torch::kFloat, finite, 3), values(32, 64, bf16, finite, 4)});
+  expect_amax(dres_amax, dn[1], "rms_norm dresidual");
+
+  auto a = values(16, 96, bf16, finite, 5).requires_grad_(true), b = values(16, 96, bf16, finite, 6).requires_grad_(true);
+  auto out_amax = ops::new_fp8_amax_slot(), da_amax = ops::new_fp8_amax_slot(), db_amax = ops::new_fp8_amax_slot();
+  auto out = ops::swiglu(a, b, out_amax, da_amax, db_amax);
+  expect_amax(out_amax, out, "swiglu out");
+  auto ds = torch::autograd::grad({out}, {a, b}, {values(16, 96, bf16, finite, 7)});
+  expect_amax(da_amax, ds[0], "swiglu da");
+  expect_amax(db_amax, ds[1], "swiglu db");
+
+  const int64_t B = 2, T = 16, H = 4, D = 32, C = H * D;
+  auto theta = torch::arange(T, torch::kDouble).unsqueeze(1) *
+               torch::pow(10000.0, -torch::arange(0, D / 2, torch::kDouble) * 2 / D).unsqueeze(0);
+  auto rotation = torch::stack({theta.cos(), theta.sin()}, -1).to(torch::kFloat);
+  auto qkv = values(B * T, 3 * C, bf16, finite, 8).view({B, T, 3 * C}).requires_grad_(true);
+  auto dqkv_amax = ops::new_fp8_amax_slot();
+  auto [q, k, v] = ops::rope_qkv(qkv, rotation, H, dqkv_amax);
+  std::vector<torch::Tensor> dout;
+  for (int i = 0; i < 3; ++i) dout.push_back(values(B * H * T, D, bf16, finite, 9 + i).view({B, H, T, D}));
+  expect_amax(dqkv_amax, torch::autograd::grad({q, k, v}, {qkv}, dout)[0], "rope_qkv dqkv");
+}
+
 // ----------------------------------------------------------------------------------------------
 // GPU: the producer kernels' amax against fp8_amax_kernel (ops::fp8_amax on CUDA with shapes that are
 // multiples of 16) over what they stored.
@@ -176,8 +216,8 @@ TEST(Fp8AmaxGpu, RmsNormTakesTheAmaxOfYAndOfTheResidualGradient) {
         auto r = cuda(values(32, C, torch::kBFloat16, Special::kFinite, 2)).requires_grad_(true);
         auto gain = cuda(torch::rand({C}) + 0.5f).requires_grad_(true);
         auto y_amax = ops::new_fp8_amax_slot(), dres_amax = ops::new_fp8_amax_slot();
-        auto [h, y] = ops::add_rmsnorm(x, r, gain, 1e-5, torch::kBFloat16, y_amax, dres_amax);
-        ASSERT_TRUE(ops::add_rmsnorm_uses_kernel(x, r, gain, torch::kBFloat16));
+        auto [h, y] = ops::rms_norm(x, r, gain, 1e-5, torch::kBFloat16, y_amax, dres_amax);
+        ASSERT_TRUE(ops::rms_norm_uses_kernel(x, r, gain, torch::kBFloat16));
         expect_kernel_amax(y_amax, y, what + " y");
         auto dy = cuda(values(32, C, torch::kBFloat16, sp, 3)), dh = cuda(values(32, C, x_dtype, Special::kFinite, 4));
         auto grads = torch::autograd::grad({h, y}, {x, r}, {dh, dy});
@@ -195,9 +235,9 @@ TEST(Fp8AmaxGpu, SwiGluGateTakesTheAmaxOfItsOutputAndOfBothGradients) {
       auto a = column_blocks ? ab.slice(1, 0, 96) : ab.slice(1, 0, 96).contiguous();
       auto b = column_blocks ? ab.slice(1, 96, 192) : ab.slice(1, 96, 192).contiguous();
       a.requires_grad_(true), b.requires_grad_(true);
-      ASSERT_TRUE(ops::silu_mul_uses_kernel(a, b));
+      ASSERT_TRUE(ops::swiglu_uses_kernel(a, b));
       auto out_amax = ops::new_fp8_amax_slot(), da_amax = ops::new_fp8_amax_slot(), db_amax = ops::new_fp8_amax_slot();
-      auto out = ops::silu_mul(a, b, out_amax, da_amax, db_amax);
+      auto out = ops::swiglu(a, b, out_amax, da_amax, db_amax);
       expect_kernel_amax(out_amax, out, what + " out");
       auto grads = torch::autograd::grad({out}, {a, b}, {cuda(values(64, 96, torch::kBFloat16, sp, 3))});
       expect_kernel_amax(da_amax, grads[0], what + " da");
@@ -214,7 +254,7 @@ TEST(Fp8AmaxGpu, RopeBackwardTakesTheAmaxOfTheQkvGradient) {
   for (auto sp : {Special::kFinite, Special::kInf, Special::kNaN}) {
     auto qkv = cuda(values(B * T, 3 * C, torch::kBFloat16, Special::kFinite, 1).view({B, T, 3 * C})).requires_grad_(true);
     auto slot = ops::new_fp8_amax_slot();
-    ASSERT_TRUE(ops::rope_qkv_uses_kernel(qkv));
+    ASSERT_TRUE(ops::rope_qkv_uses_kernel(qkv, rotation));
     auto [q, k, v] = ops::rope_qkv(qkv, rotation, H, slot);
     std::vector<torch::Tensor> dout;
     for (int i = 0; i < 3; ++i) dout.push_back(cuda(values(B * H * T, D, torch::kBFloat16, sp, 2 + i)).view({B, H, T, D}));
@@ -232,11 +272,11 @@ TEST(Fp8AmaxGpu, AGraphReplayZeroesTheSlotAgain) {
   c10::cuda::CUDAStreamGuard guard(side);
   auto slot = ops::new_fp8_amax_slot();
   torch::Tensor out;
-  ops::silu_mul(a, b, slot);  // warm-up outside the capture
+  ops::swiglu(a, b, slot);  // warm-up outside the capture
   side.synchronize();
   at::cuda::CUDAGraph graph;
   graph.capture_begin();
-  out = ops::silu_mul(a, b, slot);
+  out = ops::swiglu(a, b, slot);
   graph.capture_end();
   const auto bits = slot->bits_for(out);
   ASSERT_TRUE(bits.defined());

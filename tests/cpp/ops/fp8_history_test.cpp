@@ -1,4 +1,4 @@
-// Delayed FP8 scaling (ops/fp8_history.h, kernels/fp8_history.h; issue 27). CPU: the roll keeps the
+// Delayed FP8 scaling (ops/fp8_history.h, kernels/fp8_history_params.h). CPU: the roll keeps the
 // largest amax of the last 16 steps and derives the scale by the definition (2^floor(log2(max/amax)),
 // amax 0 → 1, inf or NaN → NaN until it leaves the window); the delayed cast against a reference
 // written from the definition (exact scale, saturation at ±max, NaN kept, inf or NaN poisoning the
@@ -19,7 +19,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "ops/fp8_amax.h"
 #include "ops/fp8_history.h"
 #include "ops/fused_adamw.h"
@@ -325,13 +325,13 @@ TEST(Fp8HistoryGpu, RmsNormWritesTheBytesOfTheCastWithTheSameScale) {
   p.x_dtype = p.residual_dtype = p.y_dtype = kernels::FusedDtype::kBF16;
   auto bp = p;
   bp.y_out = y.data_ptr();
-  kernels::run_add_rmsnorm_fwd(bp, stream());
+  kernels::run_rms_norm_fwd(bp, stream());
   auto s = delayed_scale(y.abs().max().item<float>() / 3, torch::kFloat8_e4m3fn);
   auto e4 = opts.dtype(torch::kFloat8_e4m3fn);
   auto q = torch::empty({rows, C}, e4), q_t = torch::empty({C, rows}, e4);
   auto fp = p;
   fp.y_fp8 = {ops::fp8_history_ptr(s.history), q.data_ptr(), nullptr};
-  kernels::run_add_rmsnorm_fwd(fp, stream());
+  kernels::run_rms_norm_fwd(fp, stream());
   kernels::run_fp8_transpose(q.data_ptr(), q_t.data_ptr(), rows, C, stream());
   auto want = ops::fp8_quantize(y, torch::kFloat8_e4m3fn, true, true, s.amax_bits);
   expect_same_bytes(q, want.data, "y");

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <string>
 
-#include "kernels/fp8_history.h"
+#include "kernels/fp8_history_params.h"
 #include "ops/fp8_gemm.h"
 #include "ops/fp8_quantize.h"
 #include "train/graphed_step.h"
