@@ -76,12 +76,32 @@ def build_dir() -> pathlib.Path:
     return cache / "lmscale" / "wheel-build"
 
 
+# Cache entries a configured build folder keeps across pip runs. scikit-build-core clears a build
+# folder's CMakeCache.txt when it runs from another isolated environment than last time (every
+# `pip install` without --no-build-isolation): these are passed again so that the kernels' architectures
+# and variants, the headers' folder and the compiler (./lmscale picks one that links libstdc++ shared)
+# stay what the folder was built with, and nothing is recompiled.
+# (Options, not what find_program/find_library found: those are found again.)
+KEPT_CACHE_ENTRY = re.compile(r"^(LMSCALE_[A-Z0-9_]+:(?:STRING|PATH|BOOL)|CMAKE_CXX_COMPILER:(?:STRING|FILEPATH)|"
+                              r"CMAKE_CUDA_HOST_COMPILER:(?:STRING|FILEPATH))=(.*)$")
+
+
+def kept_cache_entries(folder: pathlib.Path) -> dict[str, str]:
+    cache = folder / "CMakeCache.txt"
+    if not cache.is_file():
+        return {}
+    return {m[1].split(":")[0]: m[2] for line in cache.read_text(errors="replace").splitlines()
+            if (m := KEPT_CACHE_ENTRY.match(line))}
+
+
 def skbuild_settings(config_settings: dict | None, torch: dict) -> dict:
     """scikit-build-core's config settings: the persistent build folder, the three targets the wheel
     ships, and the CMake values the project's own bootstrap (./lmscale) would pass."""
     folder = build_dir()
     settings = dict(config_settings or {})
     settings.setdefault("build-dir", str(folder))
+    for name, value in kept_cache_entries(folder).items():
+        settings[f"cmake.define.{name}"] = value
     settings["cmake.define.CMAKE_PREFIX_PATH"] = torch["cmake_prefix"]
     settings["cmake.define.LMSCALE_PYTHON_EXTENSION"] = "ON"
     if os.environ.get("LMSCALE_CUDA_ARCHS"):

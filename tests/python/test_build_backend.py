@@ -74,3 +74,15 @@ def test_editable_wheel_is_a_pth_and_the_console_script(backend, tmp_path):
         assert z.read("__editable__.lmscale.pth").decode().strip() == str(ROOT / "python")
         assert "lmscale = lmscale._cli:main" in z.read(f"{info}/entry_points.txt").decode()
         record_is_true(z, info)
+
+
+def test_a_configured_build_folder_keeps_its_options(backend, tmp_path):
+    """scikit-build-core clears CMakeCache.txt when pip's isolated environment changes; the options
+    ./lmscale gave the folder (kernel architectures, compiler) are passed again, find results are not."""
+    (tmp_path / "CMakeCache.txt").write_text(
+        "LMSCALE_CUDA_ARCHS:STRING=90\nLMSCALE_DEPS:PATH=/x/.deps\nLMSCALE_CUDA:BOOL=ON\n"
+        "LMSCALE_NVCC:FILEPATH=/usr/local/cuda/bin/nvcc\nCMAKE_CXX_COMPILER:FILEPATH=/usr/bin/g++\n"
+        "LMSCALE_CUDA_ARCHITECTURES:INTERNAL=90\n")
+    assert backend.kept_cache_entries(tmp_path) == {"LMSCALE_CUDA_ARCHS": "90", "LMSCALE_DEPS": "/x/.deps",
+                                                    "LMSCALE_CUDA": "ON", "CMAKE_CXX_COMPILER": "/usr/bin/g++"}
+    assert backend.kept_cache_entries(tmp_path / "missing") == {}
