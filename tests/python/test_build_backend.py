@@ -80,9 +80,9 @@ def test_a_configured_build_folder_keeps_its_options(backend, tmp_path):
     """scikit-build-core clears CMakeCache.txt when pip's isolated environment changes; the options
     ./lmscale gave the folder (kernel architectures, compiler) are passed again, find results are not."""
     (tmp_path / "CMakeCache.txt").write_text(
-        "LMSCALE_CUDA_ARCHS:STRING=90\nLMSCALE_DEPS:PATH=/x/.deps\nLMSCALE_CUDA:BOOL=ON\n"
+        "LMSCALE_CUDA_ARCHS:STRING=90\nLMSCALE_DEPS:PATH=/x/.deps\n"
         "LMSCALE_NVCC:FILEPATH=/usr/local/cuda/bin/nvcc\nCMAKE_CXX_COMPILER:FILEPATH=/usr/bin/g++\n"
         "LMSCALE_CUDA_ARCHITECTURES:INTERNAL=90\n")
     assert backend.kept_cache_entries(tmp_path) == {"LMSCALE_CUDA_ARCHS": "90", "LMSCALE_DEPS": "/x/.deps",
-                                                    "LMSCALE_CUDA": "ON", "CMAKE_CXX_COMPILER": "/usr/bin/g++"}
+                                                    "CMAKE_CXX_COMPILER": "/usr/bin/g++"}
     assert backend.kept_cache_entries(tmp_path / "missing") == {}
