@@ -198,8 +198,8 @@ std::string run_python_module(const std::string& module, const std::vector<std::
   const ProcessResult r = run_process(cmd.argv, po);
   if (r.ok()) return "";
   return "python -m " + module + " " + r.describe() + (last.empty() ? "" : " (" + last + ")") +
-         (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter() + " (" + python_interpreter_origin() + ")") +
-         " (set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
+         (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter()) + " (chosen: " +
+         python_interpreter_origin() + "; set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
 }
 
 ModuleRun run_json_lines_module(const std::string& module, const std::vector<std::string>& args,

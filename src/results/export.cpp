@@ -108,14 +108,18 @@ double epoch_seconds(const std::string& date) {
   return static_cast<double>(timegm(&tm));
 }
 
-// A run's folder name: its date (colons out, TensorBoard shows the name), impl and run id, so runs
-// sort by time and two impls of one run stay apart.
+// A curve's folder name (TensorBoard shows it as the run): the run's date (colons out), then what
+// tells the curves of one run apart (impl, size, precision: `train --impl lmscale,torch-eager
+// --precision bf16,fp8` trains four), then the run id, so folders sort by time. Records written before
+// the run id have none; their date and command tell runs apart.
 std::string run_folder(const Json& r) {
   std::string date = r.value(field::date, std::string("undated"));
   for (char& c : date)
     if (c == ':') c = '-';
-  std::string name = date + "_" + r.value(field::impl, std::string("unknown")) + "_" +
-                     r.value(field::run, std::string("norun")).substr(0, 8);
+  std::string name = date + "_" + r.value(field::impl, std::string("unknown"));
+  for (const char* f : {field::size, field::precision})
+    if (r.contains(f) && r[f].is_string()) name += "_" + r[f].get<std::string>();
+  if (r.contains(field::run) && r[field::run].is_string()) name += "_" + r[field::run].get<std::string>().substr(0, 8);
   for (char& c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) c = '_';
   return name;

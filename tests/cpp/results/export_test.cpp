@@ -110,7 +110,7 @@ TEST(Export, CsvHasOneRowPerRecordFlattenedAndQuoted) {
   std::getline(lines, header);
   EXPECT_EQ(header.rfind("run,date,commit,command,bench,impl,metric,value,unit,status,reason,gpu,schema,", 0), 0u)
       << header;
-  EXPECT_NE(header.find(",model.d,model.layers,all_step_ms"), std::string::npos) << header;
+  EXPECT_NE(header.find(",all_step_ms,model.d,model.layers"), std::string::npos) << header;
   EXPECT_NE(csv.find("\"lmscale bench --size \"\"a,b\"\"\""), std::string::npos) << csv;
   EXPECT_NE(csv.find(",\"[1,2]\""), std::string::npos) << csv;       // arrays as JSON text, quoted (a comma)
   EXPECT_NE(csv.find("\"out of memory\non cuda:0\""), std::string::npos) << csv;  // newline kept inside quotes
@@ -141,6 +141,7 @@ TEST(Export, ReportExportsTrainCurvesAndCsvFromTheInFolders) {
   std::ofstream train(dir + "/in/train.jsonl");
   for (int step : {0, 10, 20}) {
     Json common = {{"schema", 2},  {"bench", "train"}, {"impl", "lmscale"}, {"status", "ok"}, {"unit", "nats"},
+                   {"size", "tiny"}, {"precision", "fp32"},
                    {"run", "0123456789abcdef"}, {"date", "2026-12-01T10:00:00Z"}, {"step", step},
                    {"elapsed_s", step * 0.5}, {"lr_now", step * 1e-4}};
     Json val = common, tr = common;
@@ -150,6 +151,9 @@ TEST(Export, ReportExportsTrainCurvesAndCsvFromTheInFolders) {
     tr["value"] = 9.5 - step * 0.1;
     train << val.dump() << "\n";
     if (step) train << tr.dump() << "\n";
+    Json bf16 = val;  // a second curve of the same run (train --precision fp32,bf16): a folder of its own
+    bf16["precision"] = "bf16";
+    train << bf16.dump() << "\n";
   }
   train.close();
   std::ofstream(dir + "/in/e2e.jsonl") << Json{{"schema", 2}, {"bench", "e2e"}, {"metric", "step_ms"}, {"value", 3}}.dump()
@@ -157,7 +161,8 @@ TEST(Export, ReportExportsTrainCurvesAndCsvFromTheInFolders) {
 
   auto tb = run_cli_argv({"report", "--in", dir + "/in", "--export", "tensorboard", dir + "/tb"});
   ASSERT_EQ(tb.exit_code, 0) << tb.output;
-  const std::string run = dir + "/tb/2026-12-01T10-00-00Z_lmscale_01234567";
+  const std::string run = dir + "/tb/2026-12-01T10-00-00Z_lmscale_tiny_fp32_01234567";
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/tb/2026-12-01T10-00-00Z_lmscale_tiny_bf16_01234567")) << tb.output;
   ASSERT_TRUE(std::filesystem::is_directory(run)) << tb.output;
   std::string file;
   for (const auto& e : std::filesystem::directory_iterator(run)) file = e.path().string();
@@ -175,7 +180,7 @@ TEST(Export, ReportExportsTrainCurvesAndCsvFromTheInFolders) {
   ASSERT_EQ(csv.exit_code, 0) << csv.output;
   EXPECT_NE(read_text(dir + "/csv/e2e.csv").find(",e2e,,step_ms,3,"), std::string::npos) << read_text(dir + "/csv/e2e.csv");
   const std::string train_csv = read_text(dir + "/csv/train.csv");
-  EXPECT_EQ(std::count(train_csv.begin(), train_csv.end(), '\n'), 1 + 5) << train_csv;
+  EXPECT_EQ(std::count(train_csv.begin(), train_csv.end(), '\n'), 1 + 8) << train_csv;
 
   auto bad = run_cli_argv({"report", "--in", dir + "/in", "--export", "parquet", dir + "/x"});
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
