@@ -101,7 +101,12 @@ def skbuild_settings(config_settings: dict | None, torch: dict) -> dict:
     settings = dict(config_settings or {})
     settings.setdefault("build-dir", str(folder))
     for name, value in kept_cache_entries(folder).items():
-        settings[f"cmake.define.{name}"] = value
+        if name == "CMAKE_CXX_COMPILER":  # as ./lmscale gave it: through CXX (a -D of the same path is
+            os.environ["CXX"] = value      # taken for another compiler and recompiles everything)
+        elif name == "CMAKE_CUDA_HOST_COMPILER":
+            os.environ["CUDAHOSTCXX"] = value
+        else:
+            settings[f"cmake.define.{name}"] = value
     settings["cmake.define.CMAKE_PREFIX_PATH"] = torch["cmake_prefix"]
     settings["cmake.define.LMSCALE_PYTHON_EXTENSION"] = "ON"
     if os.environ.get("LMSCALE_CUDA_ARCHS"):
@@ -180,10 +185,30 @@ def get_requires_for_build_wheel(config_settings=None):
     return build.get_requires_for_build_wheel(config_settings)
 
 
+def keep_objects(folder: pathlib.Path) -> None:
+    """scikit-build-core deletes a build folder's CMakeCache.txt and CMakeFiles/ (where the object files
+    are) when its own location differs from the one recorded in <build>/.skbuild-info.json, which is the
+    case for every `pip install` with build isolation (a new temporary environment each time): every
+    reinstall would compile everything again. The record is pointed at this run's scikit-build-core when
+    the folder was built from this same source tree; the configure step then runs on the kept cache, and
+    scikit-build-core sets its own tool paths (cmake, ninja, FindPython) again anyway."""
+    import scikit_build_core
+
+    info = folder / ".skbuild-info.json"
+    try:
+        record = json.loads(info.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(record, dict) and pathlib.Path(record.get("source_dir", "")) == ROOT.resolve():
+        record["skbuild_path"] = os.fspath(pathlib.Path(scikit_build_core.__file__).parent.resolve())
+        info.write_text(json.dumps(record, indent=2))
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     from scikit_build_core import build
     torch = target_torch()
     folder = build_dir()
+    keep_objects(folder)
     _say(f"building liblmscale, lmscale._C and the lmscale CLI against torch {torch['version']} in {folder} "
          "(a first build takes about 16 minutes on 2 cores, later ones only what changed; pip -v shows progress)")
     name = build.build_wheel(wheel_directory, skbuild_settings(config_settings, torch))

@@ -86,3 +86,26 @@ def test_a_configured_build_folder_keeps_its_options(backend, tmp_path):
     assert backend.kept_cache_entries(tmp_path) == {"LMSCALE_CUDA_ARCHS": "90", "LMSCALE_DEPS": "/x/.deps",
                                                     "CMAKE_CXX_COMPILER": "/usr/bin/g++"}
     assert backend.kept_cache_entries(tmp_path / "missing") == {}
+
+
+def test_a_reused_build_folder_is_not_wiped_by_a_new_isolated_environment(backend, tmp_path):
+    """scikit-build-core deletes CMakeFiles/ (the objects) when .skbuild-info.json names another copy of
+    itself, as every isolated pip run has; the record is pointed at the running copy, for this source only."""
+    pytest.importorskip("scikit_build_core")
+    import scikit_build_core
+
+    here = str(pathlib.Path(scikit_build_core.__file__).parent.resolve())
+    info = tmp_path / ".skbuild-info.json"
+    info.write_text('{"source_dir": "%s", "build_dir": "%s", "skbuild_path": "/tmp/pip-build-env-gone/x"}'
+                    % (ROOT.resolve(), tmp_path))
+    backend.keep_objects(tmp_path)
+    assert json_of(info)["skbuild_path"] == here
+    info.write_text('{"source_dir": "/another/project", "skbuild_path": "/tmp/pip-build-env-gone/x"}')
+    backend.keep_objects(tmp_path)
+    assert json_of(info)["skbuild_path"] == "/tmp/pip-build-env-gone/x"  # another project's folder: untouched
+    backend.keep_objects(tmp_path / "missing")  # nothing recorded: nothing to do
+
+
+def json_of(path):
+    import json
+    return json.loads(path.read_text())
