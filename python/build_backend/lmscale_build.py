@@ -76,12 +76,11 @@ def build_dir() -> pathlib.Path:
     return cache / "lmscale" / "wheel-build"
 
 
-# Cache entries a configured build folder keeps across pip runs. scikit-build-core clears a build
-# folder's CMakeCache.txt when it runs from another isolated environment than last time (every
-# `pip install` without --no-build-isolation): these are passed again so that the kernels' architectures
-# and variants, the headers' folder and the compiler (./lmscale picks one that links libstdc++ shared)
-# stay what the folder was built with, and nothing is recompiled.
-# (Options, not what find_program/find_library found: those are found again.)
+# Cache entries a configured build folder keeps across pip runs, passed again on every configure so
+# that a cache scikit-build-core cleared (`-Cfresh=true`, a folder last built by another scikit-build-core
+# for another source; see keep_objects) comes back with the kernels' architectures and variants, the
+# headers' folder and the compiler ./lmscale chose (one that links libstdc++ shared). Options only:
+# what find_program/find_library found is found again.
 KEPT_CACHE_ENTRY = re.compile(r"^(LMSCALE_[A-Z0-9_]+:(?:STRING|PATH|BOOL)|CMAKE_CXX_COMPILER:(?:STRING|FILEPATH)|"
                               r"CMAKE_CUDA_HOST_COMPILER:(?:STRING|FILEPATH))=(.*)$")
 

@@ -65,7 +65,7 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     for entry in PURELIB.iterdir():  # torch, nvidia, matplotlib, ... as links; not lmscale itself
-        if not entry.name.startswith(("lmscale", "__editable__", "_distutils")) and not (site / entry.name).exists():
+        if not entry.name.startswith(("lmscale", "__editable__")) and not (site / entry.name).exists():
             (site / entry.name).symlink_to(entry)
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
                               "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)
