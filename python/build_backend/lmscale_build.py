@@ -169,7 +169,7 @@ def rewrite_wheel(path: pathlib.Path, version: str, record: dict, editable: bool
         for name, data in out.items():
             old = name.replace(new_info, old_info, 1) if name.startswith(new_info) else name
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            info.external_attr = modes.get(old, 0o644 << 16)
+            info.external_attr = modes.get(old, 0o100644 << 16)  # a regular file, rw-r--r--
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     path.unlink()
