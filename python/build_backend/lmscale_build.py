@@ -232,7 +232,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
         f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {VERSION}\n"
                              + (f"Requires-Python: {requires[1]}\n" if requires else "")).encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: lmscale_build\nRoot-Is-Purelib: false\nTag: py3-none-any\n",
-        f"{info}/entry_points.txt": b"[console_scripts]\nlmscale = lmscale._cli:main\n",
+        f"{info}/entry_points.txt": b"[console_scripts]\nlmscale = lmscale_cli:main\n",
     }
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     path = pathlib.Path(wheel_directory) / f"{NAME}-{VERSION}-{tag}-{tag}-any.whl"

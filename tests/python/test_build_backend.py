@@ -72,7 +72,7 @@ def test_editable_wheel_is_a_pth_and_the_console_script(backend, tmp_path):
     with zipfile.ZipFile(tmp_path / name) as z:
         info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         assert z.read("__editable__.lmscale.pth").decode().strip() == str(ROOT / "python")
-        assert "lmscale = lmscale._cli:main" in z.read(f"{info}/entry_points.txt").decode()
+        assert "lmscale = lmscale_cli:main" in z.read(f"{info}/entry_points.txt").decode()
         record_is_true(z, info)
 
 
@@ -109,3 +109,17 @@ def test_a_reused_build_folder_is_not_wiped_by_a_new_isolated_environment(backen
 def json_of(path):
     import json
     return json.loads(path.read_text())
+
+
+def test_the_console_script_starts_without_torch():
+    """The `lmscale` command only execs the binary: importing its module must not import torch (the
+    package's __init__ would, through liblmscale), which costs seconds on every call."""
+    import subprocess
+    import sys
+
+    code = "import sys, lmscale_cli; print('torch' in sys.modules, lmscale_cli.candidates()[0])"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "python", capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    imported_torch, first = run.stdout.split()
+    assert imported_torch == "False", "lmscale_cli imported torch"
+    assert first == str(ROOT / "python" / "lmscale" / "bin" / "lmscale"), first

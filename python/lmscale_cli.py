@@ -2,14 +2,17 @@
 that the wheel ships in ``lmscale/bin/`` (an editable install: the checkout's build folder's), with
 ``LMSCALE_PYTHON`` set to the interpreter this package is installed into, so that the binary's
 Python steps (``report``'s plots, ``bench --impl torch-*``, ``train --impl torch-eager``) run with this
-environment's torch and matplotlib rather than whatever ``python3`` is first on PATH."""
+environment's torch and matplotlib rather than whatever ``python3`` is first on PATH.
+
+A module of its own beside the package, not inside it: importing anything in ``lmscale`` runs the
+package's ``__init__``, which loads liblmscale and so torch (seconds), for a command that only execs."""
 from __future__ import annotations
 
 import os
 import pathlib
 import sys
 
-_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent / "lmscale"  # site-packages/lmscale, <checkout>/python/lmscale
 
 
 def candidates() -> list[pathlib.Path]:
