@@ -10,7 +10,8 @@
 # `host SIZE` runs the probe tools/probes/drop_in/drop_in_host.py: the compiled step's host time per impl and each
 # lmscale op's host time per call, with the ops' autograd dispatch as now and as before (emulated).
 #
-# Carry .deps/ and .whl/ (liger_kernel-*.whl); set LMSCALE_COMMIT=<sha>.
+# Carry .deps/ and .whl/ (liger_kernel-*.whl, and the wheel's build backend offline: scikit_build_core,
+# pathspec and packaging wheels, `pip download -c constraints.txt scikit-build-core -d .whl`); set LMSCALE_COMMIT=<sha>.
 set -uo pipefail
 source "$(dirname "$0")/script_init.sh" "$@"
 shift
@@ -28,8 +29,9 @@ start=$(date +%s)
 rm -rf /tmp/lmscale-dist "$SITE"
 # pip's build of the wheel, in its own folder beside the one build (it configures its own CMake);
 # WHEEL_BUILD_DIR=$LMSCALE_BUILD_DIR reuses what gpu_check.sh compiled on this machine.
+# No build isolation (no registry here): the backend comes from the carried wheels in /tmp/lmscale-deps.
 LMSCALE_BUILD_DIR=${WHEEL_BUILD_DIR:-$LMSCALE_BUILD_DIR-wheel} LMSCALE_JOBS=${LMSCALE_JOBS:-16} \
-  "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
+  PYTHONPATH=/tmp/lmscale-deps${PYTHONPATH:+:$PYTHONPATH} "$PY" -m pip wheel -v --no-build-isolation --no-deps -w /tmp/lmscale-dist "$ROOT/python" >"$OUT/wheel_build.log" 2>&1 ||
   { tail -40 "$OUT/wheel_build.log"; exit 1; }
 echo "pip wheel: $(($(date +%s) - start)) s; $(ls -l /tmp/lmscale-dist/*.whl | awk '{print $5, $NF}')" | tee "$OUT/wheel.txt"
 "$PY" -m pip install -q --no-deps --no-index --target "$SITE" /tmp/lmscale-dist/*.whl || exit 1

@@ -1,12 +1,13 @@
 // `lmscale report`: merges result folders into one (by default docs/results, when run at the top of
 // an lmscale checkout), rebuilds every table from the merged records, draws the plots and writes
 // index.md. The work is write_report (results/report.h); tables are never typed by hand or copied
-// from a run.
+// from a run. --export csv|tensorboard DIR writes the records for other tools (results/export.h).
 #include <filesystem>
 #include <iostream>
 
 #include "cli/registry.h"
 #include "core/error.h"
+#include "results/export.h"
 #include "results/report.h"
 
 namespace {
@@ -31,9 +32,38 @@ LMSCALE_SUBCOMMAND("", "report", "merge result folders: tables rebuilt from the 
   app.add_option("--out", o->out, "destination folder (default: docs/results, at the top of an lmscale checkout; "
                                   "needed anywhere else)");
   app.add_flag("--no-plots", *no_plots, "skip the PNG plots (python -m lmscale.plots report OUT draws them later)");
-  app.footer("Example: lmscale report --in results --in run2 --out docs/results");
-  app.callback([o, no_plots, &app] {
+  auto export_args = std::make_shared<std::vector<std::string>>();
+  app.add_option("--export", *export_args,
+                 "FORMAT DIR: also write the records as csv (DIR/<bench>.csv, one row per record) or tensorboard "
+                 "(event files of train.jsonl's loss curves, one folder per run); without --out, only this is "
+                 "done, from the --in folders")
+      ->expected(2)
+      ->type_name("FORMAT DIR");
+  app.footer("Examples: lmscale report --in results --in run2 --out docs/results\n"
+             "          lmscale report --in results --export csv exported   (pandas: SCHEMA.md, \"Reading records with pandas\")\n"
+             "          lmscale report --in results --export tensorboard tb && tensorboard --logdir tb");
+  app.callback([o, no_plots, export_args, &app] {
     o->plots = !*no_plots;
+    // --export alone: no report folder is written (no default docs/results), the --in records go out.
+    if (!export_args->empty()) {
+      const lmscale::ExportFormat format = lmscale::parse_export_format(export_args->at(0));
+      const bool also_report = app.count("--out") > 0;
+      bool plots_missing = false;
+      if (also_report) {
+        const lmscale::ReportSummary s = lmscale::write_report(*o);
+        plots_missing = o->plots && !s.plot_problem.empty();
+      }
+      const auto records = lmscale::records_of_folders(also_report ? std::vector<std::string>{o->out} : o->inputs);
+      const lmscale::ExportSummary e = lmscale::export_records(records, format, export_args->at(1));
+      std::cout << "report: exported " << e.records << (format == lmscale::ExportFormat::kCsv ? " records" : " scalars")
+                << " into " << export_args->at(1) << ": ";
+      for (size_t i = 0; i < e.files.size(); ++i) std::cout << (i ? ", " : "") << e.files[i];
+      std::cout << "\n";
+      if (plots_missing)
+        throw std::runtime_error("the plots were not drawn (see above; the tables, index.md and the export are "
+                                 "written): use an interpreter with matplotlib (LMSCALE_PYTHON=...), or pass --no-plots");
+      return;
+    }
     if (o->out.empty() && app.count("--out") == 0) {
       // A missing --in is the first thing to say (write_report's words), before any word on --out.
       for (const auto& in : o->inputs)

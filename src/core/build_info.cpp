@@ -14,6 +14,7 @@
 
 #include "core/device.h"
 #include "core/process.h"
+#include "core/python_module.h"
 
 #ifndef LMSCALE_VERSION  // CMake sets these on this file (see CMakeLists.txt)
 #define LMSCALE_VERSION "unknown"
@@ -32,21 +33,24 @@ std::filesystem::path executable_dir() {
   return std::filesystem::path(std::string(path, static_cast<size_t>(n))).parent_path();
 }
 
-// lmscale._C lands next to the binary and liblmscale.so (python/CMakeLists.txt).
+// lmscale._C lands next to the binary and liblmscale.so in a build folder (python/CMakeLists.txt),
+// one folder above the binary in an installed wheel (lmscale/bin/lmscale beside lmscale/_C.*.so).
 std::string python_extension() {
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(executable_dir(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("_C.", 0) == 0 && name.size() > 3 && name.substr(name.size() - 3) == ".so")
-      return "built (" + e.path().string() + ")";
-  }
+  for (const auto& dir : {executable_dir(), executable_dir().parent_path()})
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("_C.", 0) == 0 && name.size() > 3 && name.substr(name.size() - 3) == ".so")
+        return "built (" + e.path().string() + ")";
+    }
   return "not built (./lmscale build builds it when the interpreter's headers are there: python3-dev)";
 }
 
-// The baselines run $LMSCALE_PYTHON (the bootstrap sets it), else python3 from PATH.
+// The interpreter every Python step of the binary runs (python_interpreter(): $LMSCALE_PYTHON, the
+// build's, the install's, else python3), with where that choice came from.
 std::string baseline_interpreter() {
   const char* env = std::getenv("LMSCALE_PYTHON");
-  const std::string py = env && *env ? env : "python3";
+  const std::string py = python_interpreter();
   ProcessOptions o;
   o.capture_stdout = true;
   o.merge_stderr = true;
@@ -56,7 +60,8 @@ std::string baseline_interpreter() {
       o);
   std::string out = r.output;
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  const std::string from = env && *env ? " ($LMSCALE_PYTHON)" : " (python3 on PATH; set LMSCALE_PYTHON to change)";
+  const std::string from = env && *env ? " ($LMSCALE_PYTHON)"
+                                       : " (" + python_interpreter_origin() + "; set LMSCALE_PYTHON to change)";
   if (!r.ok()) return py + from + ": " + (r.started ? "fails: " + out : r.error);
   return out + from;
 }

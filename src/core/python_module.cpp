@@ -86,15 +86,53 @@ std::string find_build_python() {
   return "";
 }
 
+// The interpreter whose site-packages hold the running binary (a wheel's lmscale/bin/lmscale at
+// <prefix>/lib/pythonX.Y/site-packages/lmscale/bin/): <prefix>/bin/pythonX.Y, when it runs.
+std::string find_installed_python() {
+  std::error_code ec;
+  const fs::path exe = fs::weakly_canonical(fs::read_symlink("/proc/self/exe", ec), ec);
+  if (ec) return "";
+  const fs::path site = exe.parent_path().parent_path().parent_path();  // .../site-packages
+  const fs::path lib = site.parent_path();                             // .../lib/pythonX.Y
+  if (exe.parent_path().filename() != "bin" || exe.parent_path().parent_path().filename() != "lmscale" ||
+      site.filename() != "site-packages" || lib.filename().string().rfind("python", 0) != 0)
+    return "";
+  for (const fs::path& py : {lib.parent_path().parent_path() / "bin" / lib.filename(),
+                             lib.parent_path().parent_path() / "bin" / "python3"})
+    if (::access(py.c_str(), X_OK) == 0) return py.string();
+  return "";
+}
+
+struct Interpreter {
+  std::string path, origin;
+};
+
+const Interpreter& found_interpreter() {
+  // Not python3 first: the build's interpreter is the one `./lmscale` checked for torch (and made
+  // with matplotlib), wherever the binary is run from; python3 may be another one entirely.
+  static const Interpreter found = [] {
+    if (std::string built = find_build_python(); !built.empty())
+      return Interpreter{built, "the interpreter its build folder was configured with (CMakeCache.txt)"};
+    if (std::string installed = find_installed_python(); !installed.empty())
+      return Interpreter{installed, "the interpreter this binary is installed into"};
+    return Interpreter{"python3", "python3 from PATH: LMSCALE_PYTHON is unset and no build folder or install "
+                                  "beside this binary names an interpreter"};
+  }();
+  return found;
+}
+
 }  // namespace
 
 std::string python_interpreter() {
   const char* p = std::getenv("LMSCALE_PYTHON");
   if (p && *p) return p;
-  // Not python3 first: the build's interpreter is the one `./lmscale` checked for torch (and made
-  // with matplotlib), wherever the binary is run from; python3 may be another one entirely.
-  static const std::string built = find_build_python();
-  return built.empty() ? "python3" : built;
+  return found_interpreter().path;
+}
+
+std::string python_interpreter_origin() {
+  const char* p = std::getenv("LMSCALE_PYTHON");
+  if (p && *p) return "LMSCALE_PYTHON";
+  return found_interpreter().origin;
 }
 
 std::string python_package_dir() {
@@ -160,8 +198,8 @@ std::string run_python_module(const std::string& module, const std::vector<std::
   const ProcessResult r = run_process(cmd.argv, po);
   if (r.ok()) return "";
   return "python -m " + module + " " + r.describe() + (last.empty() ? "" : " (" + last + ")") +
-         (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter()) +
-         " (set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
+         (needs.empty() ? "" : "; it needs " + needs + " in " + python_interpreter()) + " (chosen: " +
+         python_interpreter_origin() + "; set LMSCALE_PYTHON to another interpreter); run it later: " + cmd.display();
 }
 
 ModuleRun run_json_lines_module(const std::string& module, const std::vector<std::string>& args,

@@ -16,8 +16,12 @@ namespace lmscale {
 
 // $LMSCALE_PYTHON, else the interpreter the binary's build folder was configured with (its
 // CMakeCache.txt's Python3_EXECUTABLE: the one `./lmscale` set up, with torch and matplotlib), else
-// "python3" from PATH.
+// the interpreter whose site-packages hold the binary (a wheel's lmscale/bin/lmscale; the `lmscale`
+// console script sets LMSCALE_PYTHON itself), else "python3" from PATH.
 std::string python_interpreter();
+// Where python_interpreter()'s choice came from, for messages ("LMSCALE_PYTHON", "python3 from PATH:
+// ..."), so a missing matplotlib or torch is never blamed on an interpreter the user did not pick.
+std::string python_interpreter_origin();
 
 // The folder that holds the `lmscale` Python package (the folder to put on PYTHONPATH):
 // $LMSCALE_PYTHONPATH, else a `python/` folder beside or up to two levels above the running binary
