@@ -52,7 +52,7 @@ RES=$OUT/gpu_check
 mkdir -p "$RES"
 TARBALL=gpu_check.tgz
 source "$(dirname "$0")/timed_stages.sh"
-GPU_TESTS=${GPU_TESTS:-'*Flash*:*Hopper*:*Fused*:*CudaGraph*:*Rope*:*AdamW*:*Gpu*:*Nccl*:*AddRmsNorm*:*SiluMul*:*CrossEntropy*:*Qkv*:*Bf16*:*OptimizerInBackward*:*KernelSupport*:*Ablation*:*Fp8*'}
+GPU_TESTS=${GPU_TESTS:-'*Flash*:*Hopper*:*Fused*:*CudaGraph*:*Rope*:*AdamW*:*Gpu*:*Nccl*:*RmsNorm*:*SwiGlu*:*CrossEntropy*:*Qkv*:*Bf16*:*OptimizerInBackward*:*KernelSupport*:*Ablation*:*Fp8*'}
 FP8_TESTS='*Fp8*:*OptimizerOverlap*:*OptimizerInBackward*:*FusedModel*:*Bf16*:*Ablation*'
 COMMON=(--context 512 --batch 4 --mode train-step --warmup "${WARMUP:-3}" --steps "${STEPS:-10}")
 SIZES=${BENCH_SIZES:-small,xl,2.7B}
