@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lmscale.baseline.e2e import LM
-from train_cli_util import lmscale, make_corpus, train
+from train_cli_util import lmscale, trained_checkpoints
 
 safetensors_torch = pytest.importorskip("safetensors.torch", reason="pip install -c constraints.txt safetensors "
                                         "(./lmscale installs it into its .venv)")
@@ -15,11 +15,8 @@ safetensors_torch = pytest.importorskip("safetensors.torch", reason="pip install
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("torch")
-    out = tmp / "out"
-    r = train(make_corpus(tmp), out, "--steps", "6", "--eval-every", "3", "--lr", "3e-3")
-    assert r.returncode == 0, r.stderr
-    return out / "checkpoints/lmscale-fp32/step-00000006"
+    return trained_checkpoints(tmp_path_factory.mktemp("torch"), "--steps", "6", "--eval-every", "3", "--lr",
+                               "3e-3") / "step-00000006"
 
 
 def reference_model(folder):

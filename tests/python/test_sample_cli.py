@@ -4,16 +4,12 @@ through its own tokenizer.json; a missing or damaged checkpoint is a usage error
 the fix."""
 import pytest
 
-from train_cli_util import lmscale, make_corpus, train
+from train_cli_util import lmscale, make_corpus, train, trained_checkpoints
 
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sample")
-    out = tmp / "out"
-    r = train(make_corpus(tmp), out, "--steps", "20", "--eval-every", "10", "--lr", "1e-2")
-    assert r.returncode == 0, r.stderr
-    return out / "checkpoints/lmscale-fp32"
+    return trained_checkpoints(tmp_path_factory.mktemp("sample"), "--steps", "20", "--eval-every", "10", "--lr", "1e-2")
 
 
 def sample(folder, *args):

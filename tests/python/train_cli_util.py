@@ -46,3 +46,11 @@ def losses(out: Path) -> dict:
             assert (r["metric"], r["step"]) not in got, f"{r['metric']} at step {r['step']} recorded twice"
             got[(r["metric"], r["step"])] = r["value"]
     return got
+
+
+def trained_checkpoints(tmp: Path, *args) -> Path:
+    """A corpus under tmp, a tiny run trained on it with args, and the folder of its lmscale-fp32 checkpoints."""
+    out = tmp / "out"
+    r = train(make_corpus(tmp), out, *args)
+    assert r.returncode == 0, r.stderr
+    return out / "checkpoints/lmscale-fp32"
