@@ -14,7 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent / "fp32_emulation"
-SOURCES = ["flash_params.h", "flash_fp32.h", "cuda_check.h", "flash_head_dims.h", "head_dim_switch.h",
+SOURCES = ["flash_params.h", "flash_sequence.cuh", "flash_fp32.h", "cuda_check.h", "flash_head_dims.h", "head_dim_switch.h",
            "flash_fp32_tile.cuh", "flash_fp32_fwd.cu", "flash_fp32_bwd.cu"]
 CXX = shutil.which("g++") or shutil.which("c++")
 
