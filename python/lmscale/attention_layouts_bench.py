@@ -216,7 +216,6 @@ def main(argv=None) -> int:
              "kv_bytes": "bytes", "peak_extra_bytes": "bytes"}
     shapes = {"gqa-8k": (1, 32, 8, 8192, 128, True, -1), "gqa-4k": (2, 32, 4, 4096, 64, True, -1),
               "xl-step": (4, 25, 25, 512, 64, True, -1)}
-    rows = []
     for case in args.cases.split(","):
         fields = {"mode": case, "precision": "bf16", "causal": True}
         if case in shapes:
@@ -240,7 +239,6 @@ def main(argv=None) -> int:
             base = result_records.record_base("attention", name, status, fields, **common)
             result_records.append(args.out, result_records.metric_records(base, metrics, units, reason))
             f, fb = metrics.get("fwd_ms", {}).get("value"), metrics.get("fwdbwd_ms", {}).get("value")
-            rows.append((case, name, status, f, fb, metrics.get("fwdbwd_tflops"), reason))
             print(f"{case:12s} {name:28s} {status:4s} fwd {f if f is None else round(f, 3)} ms  fwd+bwd "
                   f"{fb if fb is None else round(fb, 3)} ms  {reason}", flush=True)
     return 0

@@ -156,21 +156,17 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
   const int warp_key0 = warp * kWarpKeys;         // first key row of this warp within the block
   const int key_a = n0 + warp_key0 + lane / 4;    // this thread's keys: key_a + kt*16 + {0, 8}
   // The queries that see each of this thread's keys, [q_lo, q_hi] (none for a key past the end), fixed for the
-  // block: two compares per masked entry; and the query tiles that see the block's keys whole, m0 in
-  // [free_lo, free_hi] (none at the key tail).
+  // block: two compares per masked entry; and the query tiles that see the block's keys whole (none at the key tail).
   int q_lo[kKT][2], q_hi[kKT][2];
 #pragma unroll
   for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int key = key_a + kt * 16 + r * 8;
-      q_lo[kt][r] = key >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key) : INT_MIN;
-      q_hi[kt][r] = Masked ? seq.last_query(key) : INT_MAX;
+      q_lo[kt][r] = seq.first_query<Masked>(key);
+      q_hi[kt][r] = seq.last_query<Masked>(key);
     }
-  const int free_lo = n0 + kBlockN > seq.len_k ? INT_MAX
-                      : Masked && seq.right >= 0 ? n0 + kBlockN - 1 - seq.shift - seq.right
-                                                 : INT_MIN;
-  const int free_hi = Masked && seq.left >= 0 ? n0 - (kBlockM - 1) - seq.shift + seq.left : INT_MAX;
+  const int2 whole = seq.whole_query_tiles<Masked>(n0, kBlockN, kBlockM);
   constexpr int kMTiles = kBlockM / 16;
   constexpr int kNStride = kWarps / kMTiles;      // warps per 16-query dQ tile
   constexpr int kDqTiles = (D / 8) / kNStride;    // adjacent n8 tiles per warp (pairs load with one x4)
@@ -252,7 +248,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
           }
       }
     };
-    const bool need_mask = m0 + kBlockM > seq.len_q || m0 < free_lo || m0 > free_hi;
+    const bool need_mask = m0 + kBlockM > seq.len_q || m0 < whole.x || m0 > whole.y;
     if (need_mask)
       softmax_grad(std::true_type{});
     else

@@ -77,18 +77,17 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
   // This thread's rows: row_a + mi*16 and row_a + mi*16 + 8 (Note [mma fragments]).
   const int row_a = m0 + warp_row0 + lane / 4;
   // Each row's visible keys [key_lo, key_hi] (the key tail included), fixed for the block: two compares per masked
-  // entry (Note [mask tiles]); and the key tiles every row sees whole, n0 in [free_lo, free_hi].
+  // entry (Note [mask tiles]); and the key tiles every row sees whole.
   int key_lo[kMT][2], key_hi[kMT][2];
 #pragma unroll
   for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row_a + mi * 16 + r * 8;
-      key_lo[mi][r] = Masked ? seq.first_key(row) : INT_MIN;
-      key_hi[mi][r] = Masked ? seq.last_key(row) : seq.len_k - 1;
+      key_lo[mi][r] = seq.first_key<Masked>(row);
+      key_hi[mi][r] = seq.last_key<Masked>(row);
     }
-  const int free_lo = Masked && seq.left >= 0 ? m0 + kBlockM - 1 + seq.shift - seq.left : INT_MIN;
-  const int free_hi = (Masked && seq.right >= 0 ? min(seq.len_k, m0 + seq.shift + seq.right + 1) : seq.len_k) - kBlockN;
+  const int2 whole = seq.whole_key_tiles<Masked>(m0, kBlockM, kBlockN);
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = n_first + j * kBlockN;
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_fwd_kernel(const FlashParam
     }
 
     // Note [mask tiles]: mask only the key tail and tiles that cross a bound of the mask.
-    const bool need_mask = n0 < free_lo || n0 > free_hi;
+    const bool need_mask = n0 < whole.x || n0 > whole.y;
     if (need_mask) {
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi)

@@ -70,17 +70,36 @@ struct FlashSeq {
   __device__ bool sees(int i, int j) const {
     return (left < 0 || j >= i + shift - left) && (right < 0 || j <= i + shift + right);
   }
-  // The keys query i sees, [first_key(i), last_key(i)], the key tail included: for a kernel whose thread keeps one
-  // query row for the whole block, two compares per entry instead of sees() and the tail's.
-  __device__ int first_key(int i) const { return left >= 0 ? i + shift - left : INT_MIN; }
-  __device__ int last_key(int i) const { return right >= 0 ? min(len_k - 1, i + shift + right) : len_k - 1; }
-  // The queries that see key j by the bounds are [first_query(j), last_query(j)]: for a kernel whose thread keeps
-  // one key for the whole block, two compares per entry instead of sees().
-  __device__ int first_query(int j) const { return right >= 0 ? j - shift - right : INT_MIN; }
-  __device__ int last_query(int j) const { return left >= 0 ? j - shift + left : INT_MAX; }
-  // Whether every query of [i0, i1) sees every key of [j0, j1) by the bounds: such a tile needs no mask.
-  __device__ bool tile_free(int i0, int i1, int j0, int j1) const {
-    return (left < 0 || j0 >= i1 - 1 + shift - left) && (right < 0 || j1 - 1 <= i0 + shift + right);
+  // What a thread that keeps its rows (or keys) for the whole block compares each masked entry with: two compares
+  // instead of sees() and the tail's. Masked: the kernel's template switch (without it only the key tail bounds).
+  // The keys query i sees, [first_key(i), last_key(i)], the key tail included.
+  template <bool Masked>
+  __device__ int first_key(int i) const { return Masked && left >= 0 ? i + shift - left : INT_MIN; }
+  template <bool Masked>
+  __device__ int last_key(int i) const { return Masked && right >= 0 ? min(len_k - 1, i + shift + right) : len_k - 1; }
+  // The queries that see key j, [first_query(j), last_query(j)]; none for a key past the end.
+  template <bool Masked>
+  __device__ int first_query(int j) const {
+    return j >= len_k ? INT_MAX : Masked && right >= 0 ? j - shift - right : INT_MIN;
+  }
+  template <bool Masked>
+  __device__ int last_query(int j) const { return Masked && left >= 0 ? j - shift + left : INT_MAX; }
+
+  // The tiles every entry of which the mask shows, so no mask is applied (Note [mask tiles], flash_fwd_kernel.cuh).
+  // Forward: a query tile [m0, m0 + rows) sees the key tile [n0, n0 + cols) whole iff lo <= n0 <= hi.
+  template <bool Masked>
+  __device__ int2 whole_key_tiles(int m0, int rows, int cols) const {
+    const int lo = Masked && left >= 0 ? m0 + rows - 1 + shift - left : INT_MIN;
+    const int hi = (Masked && right >= 0 ? min(len_k, m0 + shift + right + 1) : len_k) - cols;
+    return make_int2(lo, hi);
+  }
+  // Backward: the key tile [n0, n0 + keys) is seen whole by the query tile [m0, m0 + rows) iff lo <= m0 <= hi
+  // (never at the key tail).
+  template <bool Masked>
+  __device__ int2 whole_query_tiles(int n0, int keys, int rows) const {
+    const int lo = n0 + keys > len_k ? INT_MAX : Masked && right >= 0 ? n0 + keys - 1 - shift - right : INT_MIN;
+    const int hi = Masked && left >= 0 ? n0 - (rows - 1) - shift + left : INT_MAX;
+    return make_int2(lo, hi);
   }
 };
 

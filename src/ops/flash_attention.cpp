@@ -521,8 +521,8 @@ void check_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // The offsets' values on CPU: from 0, non-decreasing, within the tensor, no sequence past its max_seqlen. On CUDA they
 // are not read on the host (it would synchronise every call): there, as with flash-attn, they must be valid, and a
-// max_seqlen below a sequence's length leaves that sequence's rows past it unwritten. Returns the last offset.
-int64_t check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
+// max_seqlen below a sequence's length leaves that sequence's rows past it unwritten.
+void check_offsets(const char* name, const at::Tensor& cu, int64_t total, const char* max_name, int64_t max_seqlen) {
   auto c = cu.to(at::kCPU, at::kLong).contiguous();
   const int64_t* x = c.data_ptr<int64_t>();
   TORCH_CHECK(x[0] == 0, "flash_attention_varlen: ", name, " must start at 0; got ", x[0]);
@@ -534,7 +534,6 @@ int64_t check_offsets(const char* name, const at::Tensor& cu, int64_t total, con
   }
   TORCH_CHECK(x[c.numel() - 1] <= total, "flash_attention_varlen: ", name, " ends at ", x[c.numel() - 1],
               ", past the ", total, " packed rows");
-  return x[c.numel() - 1];
 }
 
 }  // namespace

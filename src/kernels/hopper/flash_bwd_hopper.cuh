@@ -508,18 +508,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     named_arrive(kBarDqFull + wg, kDqBarThreads);
   };
   // Per block, so the sequence's fields need no registers in the loop: the query tiles walked ([m_begin, m_end), once
-  // per query head), the tiles the mask leaves whole (free_lo <= m0 <= free_hi: every query sees all the group's
-  // keys; none at the key tail), and the queries that see this thread's keys, [q_lo, q_hi] (none past the end).
+  // per query head), the tiles the mask leaves whole (every query sees all the group's keys; none at the key
+  // tail), and the queries that see this thread's keys, [q_lo, q_hi] (none past the end).
   const int m_begin = m_first * kBlockM, m_end = (m_first + m_count) * kBlockM;
-  const bool key_tail = key0 + C::kKeysPerGroup > seq.len_k;
-  const int free_lo = key_tail ? INT_MAX
-                      : Masked && seq.right >= 0 ? key0 + C::kKeysPerGroup - 1 - seq.shift - seq.right
-                                                 : INT_MIN;
-  const int free_hi = Masked && seq.left >= 0 ? key0 - (kBlockM - 1) - seq.shift + seq.left : INT_MAX;
-  const int q_lo_a = key_a >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_a) : INT_MIN;
-  const int q_hi_a = Masked ? seq.last_query(key_a) : INT_MAX;
-  const int q_lo_b = key_b >= seq.len_k ? INT_MAX : Masked ? seq.first_query(key_b) : INT_MIN;
-  const int q_hi_b = Masked ? seq.last_query(key_b) : INT_MAX;
+  const int2 whole = seq.whole_query_tiles<Masked>(key0, C::kKeysPerGroup, kBlockM);
+  const int q_lo_a = seq.first_query<Masked>(key_a), q_hi_a = seq.last_query<Masked>(key_a);
+  const int q_lo_b = seq.first_query<Masked>(key_b), q_hi_b = seq.last_query<Masked>(key_b);
   int m0 = m_begin;
 #pragma unroll 1
   for (int it = 0; it < iters; ++it, m0 = m0 + kBlockM == m_end ? m_begin : m0 + kBlockM) {
@@ -544,7 +538,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     // copies of the loop behind a branch on `masked` (uniform over the group): with one loop and the mask
     // inside it, ptxas predicated the mask's compares and selects, which then took issue slots on every tile
     // (~190 of ~1,000 instructions per consumer warp and tile at d = 64: docs/flash_notes.md, v5.2).
-    const bool masked = m0 < free_lo || m0 > free_hi;
+    const bool masked = m0 < whole.x || m0 > whole.y;
     auto softmax = [&](auto mask) {
 #pragma unroll
       for (int i = 0; i < kBlockM / 8; ++i) {

@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   // The mask and key-tail masking; only tiles that cross a bound of the mask or the end of the keys call it. Each
   // row's visible keys [lo, hi] are fixed for the block: two compares per entry, as the causal mask alone took (with
   // the bounds worked out per entry, the masked tiles cost twice as much: 19 us more at the xl step's 4 x 25 x 512).
-  const int lo_a = Masked ? seq.first_key(row_a) : INT_MIN, hi_a = Masked ? seq.last_key(row_a) : seq.len_k - 1;
-  const int lo_b = Masked ? seq.first_key(row_b) : INT_MIN, hi_b = Masked ? seq.last_key(row_b) : seq.len_k - 1;
+  const int lo_a = seq.first_key<Masked>(row_a), hi_a = seq.last_key<Masked>(row_a);
+  const int lo_b = seq.first_key<Masked>(row_b), hi_b = seq.last_key<Masked>(row_b);
   auto mask = [&](int n0) {
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
@@ -298,10 +298,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     if constexpr (C::kPingPong)
       if (!(last && wg == 1)) named_arrive(1 + (wg ^ 1), 256);
   };
-  // A key tile [n0, n0 + kBlockN) needs no mask iff free_lo <= n0 <= free_hi (every row of the block sees it all).
-  const int free_lo = Masked && seq.left >= 0 ? m0 + kBlockM - 1 + seq.shift - seq.left : INT_MIN;
-  const int free_hi = (Masked && seq.right >= 0 ? min(seq.len_k, m0 + seq.shift + seq.right + 1) : seq.len_k) - kBlockN;
-  auto needs_mask = [&](int n0) { return n0 < free_lo || n0 > free_hi; };
+  const int2 whole = seq.whole_key_tiles<Masked>(m0, kBlockM, kBlockN);  // every row of the block sees them all
+  auto needs_mask = [&](int n0) { return n0 < whole.x || n0 > whole.y; };
 
   // Rows that see no key at all (the whole tile; n_tiles is the block's): O = 0, L = +inf, nothing loaded.
   if (n_tiles > 0) {
