@@ -1,6 +1,7 @@
 // flash_hopper_probe: a standalone driver for the sm_90a FlashAttention kernels (src/kernels/hopper/),
 // no ATen and no libtorch, so a kernel change builds here with nvcc alone 
-// and runs on a GPU machine as one small binary. Build (from the repo root, ~1 min):
+// and runs on a GPU machine as one small binary. Build (from the repo root, ~1 min; add -DPROBE_SHIPPED_ONLY to
+// leave the variants out, for a quicker A/B of the shipped kernels):
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -O3 --use_fast_math --expt-relaxed-constexpr \
 //     -lineinfo -Isrc tools/flash_hopper_probe.cu src/kernels/hopper/*.cu -o build-probe/flash_hopper_probe
 //
@@ -236,6 +237,9 @@ Variant variant(const char* name) {
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
 template <int D>
 std::vector<Variant> variants() {
+#ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
+  return {};
+#else
   if constexpr (D == 64)
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
             variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
@@ -244,8 +248,11 @@ std::vector<Variant> variants() {
             variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
   else
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
+#endif
 }
 
+// PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each). PROBE_DOCS=n (batch 1): the sequence packed as n
+// documents of random lengths (seed 5), a varlen call; FLOPs count only the work inside the documents.
 int time(const Case& c, int iters, bool all) {
   const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
   void *q, *k, *v, *o;
@@ -259,12 +266,37 @@ int time(const Case& c, int iters, bool all) {
     CHECK(cudaMemcpy(*x, h.data(), L.elems * 2, cudaMemcpyHostToDevice));
   }
   CHECK(cudaMalloc(&lse, int64_t(c.b) * c.h * c.s * 4));
-  const auto p = make_params(c, L, q, k, v, o, lse);
-  const double flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
+  auto p = make_params(c, L, q, k, v, o, lse);
+  double flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
+  if (const char* hk = std::getenv("PROBE_HEADS_K")) p.heads_k = std::atoi(hk);
+  int* cu = nullptr;
+  if (const char* docs_env = std::getenv("PROBE_DOCS")) {
+    const int docs = std::atoi(docs_env);
+    std::mt19937 lens_rng(5);
+    std::vector<double> w(docs);
+    for (auto& x : w) x = std::uniform_real_distribution<double>(0.2, 1.8)(lens_rng);
+    const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+    std::vector<int> offsets(docs + 1, 0);
+    for (int i = 0; i < docs; ++i) offsets[i + 1] = i + 1 == docs ? c.s : offsets[i] + int(w[i] / sum * c.s);
+    int longest = 0;
+    flop = 0;
+    for (int i = 0; i < docs; ++i) {
+      const double len = offsets[i + 1] - offsets[i];
+      longest = std::max(longest, int(len));
+      flop += 4.0 * c.h * len * len * c.d / (c.causal ? 2 : 1);
+    }
+    CHECK(cudaMalloc(&cu, (docs + 1) * 4));
+    CHECK(cudaMemcpy(cu, offsets.data(), (docs + 1) * 4, cudaMemcpyHostToDevice));
+    p.batch = docs, p.cu_seqlens_q = p.cu_seqlens_k = cu, p.total_q = p.total_k = c.s;
+    p.seqlen_q = p.seqlen_k = longest;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+    std::printf("packed: %d documents, longest %d\n", docs, longest);
+  }
   const float th = median_ms([&] { lk::hopper::run_fwd(p, nullptr); }, iters);
-  const float tm = median_ms([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); }, iters);
-  std::printf("time %s b=%d h=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
-              c.bf16 ? "bf16" : "fp16", c.b, c.h, c.s, c.d, c.causal, th, flop / th / 1e9, tm, flop / tm / 1e9);
+  const float tm = cu ? 0.f : median_ms([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); }, iters);
+  std::printf("time %s b=%d h=%d hk=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
+              c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d, c.causal, th, flop / th / 1e9, tm,
+              tm > 0 ? flop / tm / 1e9 : 0.0);
   if (all && c.bf16) {
     const auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
     for (const auto& var : vs) {
@@ -274,6 +306,7 @@ int time(const Case& c, int iters, bool all) {
   }
   for (void* x : {q, k, v, o}) CHECK(cudaFree(x));
   CHECK(cudaFree(lse));
+  if (cu) CHECK(cudaFree(cu));
   return 0;
 }
 
@@ -436,6 +469,10 @@ BwdVariant bwd_variant(const char* name) {
           }};
 }
 std::vector<BwdVariant> bwd_variants(int d) {
+#ifdef PROBE_SHIPPED_ONLY
+  (void)d;
+  return {};
+#else
   // The shipped tile (BwdShipped) is the probe's main row, run through the library: instantiating the same
   // kernel here too would register it from two fat binaries.
   // "zeroed": the shipped kernel without tickets, so the preprocess zeroes dq_accum and every key block adds
@@ -455,6 +492,7 @@ std::vector<BwdVariant> bwd_variants(int d) {
     v.push_back(bwd_variant<128, 64, 4>("kregs4"));
   }
   return v;
+#endif
 }
 
 // Backward of one case: the Hopper forward makes O and L, then the Hopper backward and the mma.sync one

@@ -103,6 +103,29 @@ struct FlashSeq {
   }
 };
 
+// Note [packed tile slots]. A grid over the tiles a packed batch really has, found on the device: sequence b's tiles
+// of `rows` rows take the slots [cu[b] / rows + b, cu[b] / rows + b + ceil(len_b / rows)) of
+// [0, flash_packed_slots(total, batch, rows)). The ranges are disjoint and start in increasing order (b's tiles
+// end at most one slot past (cu[b] + len_b) / rows + b, where b + 1's begin), so a slot finds its sequence by a
+// binary search over the offsets, and at most batch + 1 slots hold no tile. A grid sized by the longest sequence
+// instead gives every sequence as many tiles as the longest: 59 % of them empty for 16 documents in 16k tokens.
+__host__ __device__ __forceinline__ int flash_packed_slots(int total, int batch, int rows) {
+  return total / rows + batch + 1;
+}
+// The sequence b of slot j and the tile's index in it (0 for its first rows); false for a slot holding no tile.
+__device__ __forceinline__ bool flash_packed_tile(const int* cu_seqlens, int batch, int rows, int j, int& b, int& tile) {
+  int lo = 0, hi = batch - 1;  // the last sequence whose first slot is <= j
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu_seqlens[mid] / rows + mid <= j) lo = mid;
+    else hi = mid - 1;
+  }
+  const int begin = cu_seqlens[lo], len = cu_seqlens[lo + 1] - begin;
+  b = lo;
+  tile = j - (begin / rows + lo);
+  return tile >= 0 && tile * rows < len;
+}
+
 __device__ __forceinline__ FlashSeq flash_seq(const FlashParams& p, int b) {
   FlashSeq s;
   if (flash_varlen(p)) {

@@ -141,6 +141,28 @@ __host__ __device__ inline BwdTile bwd_tile(int linear, int n_blocks, int batch_
   return {rest / heads, first_bh + rest % heads};
 }
 
+// Packed batches walk the key tiles the batch has (Note [packed tile slots], flash_sequence.cuh): block linear is
+// slot linear / kv_blocks of every (K/V head, part of its group) in turn, a sequence's key block 0 (its longest,
+// causal) first. Dense calls: bwd_tile. False for a slot holding no tile.
+template <int kBlockN>
+__host__ __device__ inline int64_t bwd_block_count(const FlashParams& p, int kv_blocks) {
+  return flash_varlen(p) ? int64_t(kv_blocks) * flash_packed_slots(p.total_k, p.batch, kBlockN)
+                         : int64_t(kv_blocks) * p.batch * ((p.seqlen_k + kBlockN - 1) / kBlockN);
+}
+template <int kBlockN>
+__device__ __forceinline__ bool bwd_block_tile(const FlashParams& p, int linear, int kv_blocks, int heads_per_section,
+                                               BwdTile& tile) {
+  if (!flash_varlen(p)) {
+    tile = bwd_tile(linear, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * kv_blocks, heads_per_section);
+    return true;
+  }
+  const int slot = linear / kv_blocks;
+  int b = 0;
+  if (!flash_packed_tile(p.cu_seqlens_k, p.batch, kBlockN, slot, b, tile.n_block)) return false;
+  tile.bh = b * kv_blocks + (linear - slot * kv_blocks);
+  return true;
+}
+
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const __grid_constant__ BwdMaps maps,
                                                                           const FlashParams p, int heads_per_section) {
@@ -173,13 +195,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // its query heads and adding its dK, dV into the fp32 sums.
   const int heads_k = flash_heads_k(p), group = flash_group(p);
   const int split = p.dkv_accum ? p.group_split : 1, heads_per_block = group / split;
-  const BwdTile tile =
-      bwd_tile(blockIdx.x, (p.seqlen_k + kBlockN - 1) / kBlockN, p.batch * heads_k * split, heads_per_section);
+  BwdTile tile;
+  if (!bwd_block_tile<kBlockN>(p, blockIdx.x, heads_k * split, heads_per_section, tile)) return;
   const int n_block = tile.n_block, b = tile.bh / (heads_k * split), hk = tile.bh / split % heads_k;
   const int first_head = hk * group + tile.bh % split * heads_per_block;
   const int n0 = n_block * kBlockN;
   const FlashSeq seq = flash_seq(p, b);
-  if (n0 >= seq.len_k) return;  // a packed batch's shorter sequence: the grid is sized by the longest
   // Query tiles holding a query that sees a key of the block (Note [mask tiles], flash_fwd_kernel.cuh).
   const int m_first = Masked ? seq.query_begin(n0) / kBlockM : 0;
   const int m_stop = Masked ? seq.query_end(min(n0 + kBlockN, seq.len_k)) : seq.len_q;

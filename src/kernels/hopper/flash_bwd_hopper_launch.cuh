@@ -55,8 +55,7 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
       !make_map(&maps.v, p, p.v, kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems, C::kBlockN,
                 C::kSwizzleBytes))
     return false;
-  const int n_blocks = (p.seqlen_k + C::kBlockN - 1) / C::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(n_blocks) * p.batch * flash_heads_k(p) * (p.dkv_accum ? p.group_split : 1);
+  const int64_t blocks = bwd_block_count<C::kBlockN>(p, flash_heads_k(p) * (p.dkv_accum ? p.group_split : 1));
   if (blocks > 0x7fffffff) throw std::runtime_error("flash_bwd_hopper_kernel: " + std::to_string(blocks) + " blocks exceed the grid");
   auto* kernel = flash_masked(p) ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {
@@ -67,6 +66,7 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
+  if (blocks == 0) return true;
   kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p, bwd_heads_per_section(p));
   LMSCALE_CUDA_CHECK(cudaGetLastError());
   return true;

@@ -10,7 +10,9 @@
 //   * intra-warpgroup overlap: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are both in flight while the
 //     exponentials of tile j+1 run, so the tensor cores wait on softmax only for the first tile;
 //   * optional ping-pong between two consumer groups (Note [ping-pong]), so one group's softmax also
-//     hides under the other group's GEMMs.
+//     hides under the other group's GEMMs;
+//   * persistent blocks (Note [persistent forward]): one block per SM walks query tiles in turn, and the
+//     producer loads the next tile's Q and K/V while the consumers finish the last one.
 //
 // Tiles are stored exactly as TMA writes them with the 128- (or 64-) byte swizzle: a (rows x D) tile is
 // kChunks column chunks of kSwizzleElems elements, each chunk rows x kSwizzleBytes, swizzled in 8-row
@@ -63,7 +65,7 @@ struct FwdConfig {
   // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
   // and the descriptors assume atom-aligned bases), then the barriers.
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (1 + 4 * kStages) * 8 + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kBarrierOffset + (2 + 4 * kStages) * 8 + 1024;  // + alignment slack
   static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
@@ -97,6 +99,65 @@ struct FwdMaps {
 // keys are one atom further (stride byte offset), the next column chunk a whole chunk further (leading
 // byte offset), and a 16-key step advances 16 rows.
 
+// Note [persistent forward]. One block per SM (launch_fwd) walks the query tiles of fwd_tile's order: heaviest
+// causal tiles first, every (batch, head) of one query tile next to each other (the order the hardware gave a grid
+// of one block per tile, Note [grid order] in flash_fwd_kernel.cuh), packed batches over the tiles they have (Note
+// [packed tile slots]). Step k of block i takes tile k G + i for even k and k G + G - 1 - i for odd k (G blocks):
+// the tiles get lighter along the order, and taking every G-th (block 0 the heaviest of each step) left the first
+// blocks one heaviest tile more than the last: the 16k x 64 / 128 causal forwards ran 6 / 10 % slower than a grid
+// of one block per tile. The K/V ring and its barriers run on across tiles, Q has an "empty" barrier of its own, and
+// the consumers join one tile's end to the next tile's start (Note [tile seam]), so the producer loads the next
+// tile's Q and first K/V tiles while the consumers finish the last; with a block per tile, every tile paid its
+// loads' latency, its pipeline's fill and drain and its block's start (at 4 x 25 x 512 x 64, 400 tiles of 1-3 key
+// tiles; packed documents of ~1k tokens, ~4).
+__device__ __forceinline__ bool fwd_step_begins(int step, int tile_count) {
+  return static_cast<int64_t>(step) * gridDim.x < tile_count;
+}
+__device__ __forceinline__ int fwd_step_tile(int step) {
+  const int lane = step & 1 ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  return step * static_cast<int>(gridDim.x) + lane;
+}
+
+struct FwdTile {
+  int b, h, m_block;
+};
+
+template <int kBlockM>
+__host__ __device__ __forceinline__ int64_t fwd_tile_count(const FlashParams& p) {
+  return flash_varlen(p) ? int64_t(p.heads) * flash_packed_slots(p.total_q, p.batch, kBlockM)
+                         : int64_t(p.batch) * p.heads * ((p.seqlen_q + kBlockM - 1) / kBlockM);
+}
+
+// Tile t of fwd_tile_count: false for a packed batch's slot that holds no tile.
+template <int kBlockM>
+__device__ __forceinline__ bool fwd_tile(const FlashParams& p, int t, FwdTile& tile) {
+  if (!flash_varlen(p)) {
+    const int bh_count = p.batch * p.heads, m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    const int mi = t / bh_count, bh = t - mi * bh_count;
+    tile = FwdTile{bh / p.heads, bh % p.heads, m_blocks - 1 - mi};
+    return true;
+  }
+  const int slot = t / p.heads;
+  tile.h = t - slot * p.heads;
+  int index = 0;
+  if (!flash_packed_tile(p.cu_seqlens_q, p.batch, kBlockM, slot, tile.b, index)) return false;
+  const int len = p.cu_seqlens_q[tile.b + 1] - p.cu_seqlens_q[tile.b];
+  tile.m_block = (len + kBlockM - 1) / kBlockM - 1 - index;  // a sequence's heaviest causal tile first
+  return true;
+}
+
+// The key tiles [n_first, n_first + n_tiles * kBlockN) query tile m0 of `seq` visits (Note [mask tiles],
+// flash_fwd_kernel.cuh); the producer and the consumers work it out alike.
+struct FwdKeyRange {
+  int n_first, n_tiles;
+};
+template <bool Masked, int kBlockM, int kBlockN>
+__device__ __forceinline__ FwdKeyRange fwd_key_range(const FlashSeq& seq, int m0) {
+  const int n_first = Masked ? seq.key_begin(m0) / kBlockN * kBlockN : 0;
+  const int n_end = Masked ? seq.key_end(min(m0 + kBlockM, seq.len_q)) : seq.len_k;
+  return {n_first, n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0};
+}
+
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
                                                                           const FlashParams p) {
@@ -113,29 +174,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   unsigned char* sV = sK + kStages * C::kKVBytes;
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
   uint64_t* q_full = bar;
-  uint64_t* k_full = bar + 1;
+  uint64_t* q_empty = bar + 1;
+  uint64_t* k_full = bar + 2;
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
 
-  // Heaviest causal query tiles first (Note [grid order] in flash_fwd_kernel.cuh).
-  const int m_block = gridDim.y - 1 - blockIdx.y;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, hk = h / flash_group(p);
-  const int m0 = m_block * kBlockM;
-  const FlashSeq seq = flash_seq(p, b);
-  if (m0 >= seq.len_q) return;  // a packed batch's shorter sequence: the grid is sized by the longest
-  // Note [mask tiles] (flash_fwd_kernel.cuh): key tiles [n_first, n_first + n_tiles * kBlockN) only.
-  const int n_first = Masked ? seq.key_begin(m0) / kBlockN * kBlockN : 0;
-  const int n_end = Masked ? seq.key_end(min(m0 + kBlockM, seq.len_q)) : seq.len_k;
-  const int n_tiles = n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0;
-  // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
-  const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
-  const int tma_b = flash_varlen(p) ? 0 : b;
+  const int tile_count = static_cast<int>(fwd_tile_count<kBlockM>(p));  // < 2^31: launch_fwd checks
   // Broadcast from lane 0 so the compiler knows it is warp-uniform (descriptor bases stay in uniform registers).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, 4 * C::kConsumers);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
@@ -149,28 +200,44 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
     regs_release<C::kProducerRegs>();
-    if (threadIdx.x == 0 && n_tiles > 0) {
+    if (threadIdx.x == 0) {
       tma_prefetch_map(&maps.q);
       tma_prefetch_map(&maps.k);
       tma_prefetch_map(&maps.v);
-      mbar_arrive_expect_tx(q_full, C::kQBytes);
-      for (int c = 0; c < kChunks; ++c)
-        tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, q_row, h, tma_b);
-      // Key tiles are walked from the last to the first, so the masked ones (diagonal, tail) come first.
-      for (int it = 0; it < n_tiles; ++it) {
-        const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
-        const int s = it % kStages;
-        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
-        unsigned char* k_slot = sK + s * C::kKVBytes;
-        unsigned char* v_slot = sV + s * C::kKVBytes;
-        mbar_wait(&k_empty[s], free_parity);
-        mbar_arrive_expect_tx(&k_full[s], C::kKVBytes);
+      int loaded = 0;  // tiles whose Q this block loaded
+      int ring = 0;    // K/V tiles loaded so far: the ring position, across tiles
+      for (int step = 0; fwd_step_begins(step, tile_count); ++step) {
+        const int tile_index = fwd_step_tile(step);
+        FwdTile tile;
+        if (tile_index >= tile_count || !fwd_tile<kBlockM>(p, tile_index, tile)) continue;
+        const FlashSeq seq = flash_seq(p, tile.b);
+        const int m0 = tile.m_block * kBlockM;
+        const FwdKeyRange keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
+        if (keys.n_tiles == 0) continue;
+        // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
+        const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
+        const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
+        if (loaded > 0) mbar_wait(q_empty, (loaded - 1) & 1);  // the consumers are done with the last Q
+        mbar_arrive_expect_tx(q_full, C::kQBytes);
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(k_slot + c * kBlockN * kSwB, &maps.k, &k_full[s], c * kSwE, k_row + n0, hk, tma_b);
-        mbar_wait(&v_empty[s], free_parity);
-        mbar_arrive_expect_tx(&v_full[s], C::kKVBytes);
-        for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, k_row + n0, hk, tma_b);
+          tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, q_row, tile.h, tma_b);
+        // Key tiles are walked from the last to the first, so the masked ones (diagonal, tail) come first.
+        for (int it = 0; it < keys.n_tiles; ++it, ++ring) {
+          const int n0 = keys.n_first + (keys.n_tiles - 1 - it) * kBlockN;
+          const int s = ring % kStages;
+          const uint32_t free_parity = ((ring / kStages) & 1) ^ 1;
+          unsigned char* k_slot = sK + s * C::kKVBytes;
+          unsigned char* v_slot = sV + s * C::kKVBytes;
+          mbar_wait(&k_empty[s], free_parity);
+          mbar_arrive_expect_tx(&k_full[s], C::kKVBytes);
+          for (int c = 0; c < kChunks; ++c)
+            tma_load_4d(k_slot + c * kBlockN * kSwB, &maps.k, &k_full[s], c * kSwE, k_row + n0, hk, tma_b);
+          mbar_wait(&v_empty[s], free_parity);
+          mbar_arrive_expect_tx(&v_full[s], C::kKVBytes);
+          for (int c = 0; c < kChunks; ++c)
+            tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, k_row + n0, hk, tma_b);
+        }
+        ++loaded;
       }
     }
     return;
@@ -181,25 +248,31 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   const int wg = warpgroup - 1;               // rows [64 wg, 64 wg + 64) of the block
   const int t = threadIdx.x % 128;            // thread in the warpgroup
   const int warp = t / 32, lane = t % 32;
-  // This thread's two rows of every accumulator (wgmma D fragment: like mma.sync m16n8, per warp).
-  const int row_a = m0 + wg * 64 + warp * 16 + lane / 4;
-  const int row_b = row_a + 8;
+  // This thread's two rows of every accumulator, in the tile (wgmma D fragment: like mma.sync m16n8, per warp).
+  const int r_a = wg * 64 + warp * 16 + lane / 4, r_b = r_a + 8;
   const int col_in_tile = 2 * (lane % 4);     // + 8 i + {0, 1} for the i-th 8-column block
 
   const uint32_t q_base = smem_addr(sQ) + wg * 64 * kSwB;
   const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
-
   const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes);
+
   float acc_o[D / 2];
   float s_acc[kBlockN / 2];
   uint32_t p_frag[kBlockN / 16][4];
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
+  // The current tile's mask bounds (the keys its rows see) and the key tiles it sees whole.
+  int lo_a = 0, hi_a = 0, lo_b = 0, hi_b = 0;
+  int2 whole = make_int2(0, 0);
+  // Where the O and L of the tile in acc_o go: its first row of O and of L, and how many of its rows exist.
+  T* o_rows = nullptr;
+  float* lse_rows = nullptr;
+  int rows_valid = 0;
 
   // S = Q K^T for the K tile in slot s (issue only).
   // Descriptors from their two words, one add per k-step (desc_lo / desc_at, hopper_ptx.cuh).
-  constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes);
   auto issue_qk = [&](int s) {
     const uint32_t a_lo = desc_lo(q_base, 16), b_lo = desc_lo(k_base + s * C::kKVBytes, 16);
 #pragma unroll
@@ -220,10 +293,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     }
   };
   // The mask and key-tail masking; only tiles that cross a bound of the mask or the end of the keys call it. Each
-  // row's visible keys [lo, hi] are fixed for the block: two compares per entry, as the causal mask alone took (with
+  // row's visible keys [lo, hi] are fixed for the tile: two compares per entry, as the causal mask alone took (with
   // the bounds worked out per entry, the masked tiles cost twice as much: 19 us more at the xl step's 4 x 25 x 512).
-  const int lo_a = seq.first_key<Masked>(row_a), hi_a = seq.last_key<Masked>(row_a);
-  const int lo_b = seq.first_key<Masked>(row_b), hi_b = seq.last_key<Masked>(row_b);
   auto mask = [&](int n0) {
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
@@ -235,6 +306,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       }
     }
   };
+  auto needs_mask = [&](int n0) { return n0 < whole.x || n0 > whole.y; };
   // Online softmax, in place: S becomes P = exp(S - m) (fp32, still in s_acc), m and l are updated,
   // and fa / fb return the factors exp(m_old - m_new) that rescale O. p_frag is not touched, so this
   // runs while the previous tile's P V (which reads p_frag) is still in flight.
@@ -286,11 +358,38 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       acc_o[4 * i + 2] *= fb, acc_o[4 * i + 3] *= fb;
     }
   };
+  // Epilogue of the tile in acc_o: O / l in the input dtype, L = m * scale + log l (natural log, like the mma.sync
+  // kernel), then acc_o, m and l start over for the next tile.
+  auto store_tile = [&] {
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
+      l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+    }
+    const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int col = 8 * i + col_in_tile;
+      if (r_a < rows_valid)
+        *reinterpret_cast<uint32_t*>(o_rows + r_a * p.o_row_stride + col) =
+            pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
+      if (r_b < rows_valid)
+        *reinterpret_cast<uint32_t*>(o_rows + r_b * p.o_row_stride + col) =
+            pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
+    }
+    if (lane % 4 == 0) {
+      if (r_a < rows_valid) lse_rows[r_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
+      if (r_b < rows_valid) lse_rows[r_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
+    m_a = m_b = -INFINITY, l_a = l_b = 0.f;
+  };
   // Note [ping-pong]. With kPingPong the two consumer warpgroups take turns issuing their GEMMs (named
   // barriers 1 and 2): while one group's wgmmas run, the other does its softmax, so the exponentials of
   // one group hide under the other's tensor-core work on top of the overlap inside each group. Every
   // issue is bracketed by turn_begin / turn_end; group 1 starts by handing group 0 the first turn and
-  // skips its last hand-over, so every bar.sync meets exactly one bar.arrive.
+  // skips its last hand-over (the block's last issue), so every bar.sync meets exactly one bar.arrive.
   auto turn_begin = [&] {
     if constexpr (C::kPingPong) named_sync(1 + wg, 256);
   };
@@ -298,97 +397,139 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     if constexpr (C::kPingPong)
       if (!(last && wg == 1)) named_arrive(1 + (wg ^ 1), 256);
   };
-  const int2 whole = seq.whole_key_tiles<Masked>(m0, kBlockM, kBlockN);  // every row of the block sees them all
-  auto needs_mask = [&](int n0) { return n0 < whole.x || n0 > whole.y; };
-
-  // Rows that see no key at all (the whole tile; n_tiles is the block's): O = 0, L = +inf, nothing loaded.
-  if (n_tiles > 0) {
   if constexpr (C::kPingPong)
     if (wg == 1) named_arrive(1, 256);
-  mbar_wait(q_full, 0);
-  // First key tile: nothing to overlap with yet.
-  {
-    const int n0 = n_first + (n_tiles - 1) * kBlockN;
-    mbar_wait(&k_full[0], 0);
-    turn_begin();
-    wgmma_fence();
-    issue_qk(0);
-    wgmma_commit();
-    turn_end(false);
-    wgmma_wait<0>();
-    fence_regs(s_acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&k_empty[0]);
-    if (needs_mask(n0)) mask(n0);
-    float fa, fb;
-    softmax(fa, fb);
-    convert_p();
-  }
-  for (int it = 1; it < n_tiles; ++it) {
-    const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
-    const int s = it % kStages, s_prev = (it - 1) % kStages;
-    const uint32_t parity = (it / kStages) & 1, parity_prev = ((it - 1) / kStages) & 1;
-    mbar_wait(&k_full[s], parity);
-    mbar_wait(&v_full[s_prev], parity_prev);
-    turn_begin();
-    wgmma_fence();
-    issue_qk(s);
-    wgmma_commit();
-    issue_pv(s_prev);
-    wgmma_commit();
-    turn_end(false);
-    wgmma_wait<1>();  // S of this tile is done; P V of the previous one may still run
-    fence_regs(s_acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&k_empty[s]);
-    if (needs_mask(n0)) mask(n0);
-    float fa, fb;
-    softmax(fa, fb);  // overlaps the previous tile's P V
-    wgmma_wait<0>();
-    fence_regs(acc_o);
-    fence_regs(p_frag);  // keeps the in-flight A operand's registers live until here
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&v_empty[s_prev]);
-    rescale_o(fa, fb);
-    convert_p();
-  }
-  {
-    const int s_last = (n_tiles - 1) % kStages;
-    mbar_wait(&v_full[s_last], ((n_tiles - 1) / kStages) & 1);
-    turn_begin();
-    wgmma_fence();
-    issue_pv(s_last);
-    wgmma_commit();
-    turn_end(true);
-    wgmma_wait<0>();
+
+  // Note [tile seam]. A tile's last P V is issued together with the next tile's first S (their wgmmas run back to
+  // back), and the tile's epilogue runs while that S is in flight; so the tensor cores see no gap between two tiles
+  // but the next tile's first softmax. `pending`: acc_o holds a tile whose last P V (its V at ring position
+  // pv_pos) is still to issue.
+  bool pending = false;
+  int pv_pos = 0;  // the ring position of the pending tile's last V
+  auto wait_last_v = [&] { mbar_wait(&v_full[pv_pos % kStages], (pv_pos / kStages) & 1); };
+  auto release_last_v = [&] {
     fence_regs(acc_o);
     fence_regs(p_frag);
     __syncwarp();
-    if (lane == 0) mbar_arrive(&v_empty[s_last]);
-  }
-  }  // n_tiles > 0
+    if (lane == 0) mbar_arrive(&v_empty[pv_pos % kStages]);
+  };
+  // The pending tile's last P V on its own (no tile follows, or the next one sees no key), and its epilogue.
+  auto finish_pending = [&](bool last) {
+    wait_last_v();
+    turn_begin();
+    wgmma_fence();
+    issue_pv(pv_pos % kStages);
+    wgmma_commit();
+    turn_end(last);
+    wgmma_wait<0>();
+    release_last_v();
+    store_tile();
+    pending = false;
+  };
 
-  // Epilogue: O / l in the input dtype, L = m * scale + log l (natural log, like the mma.sync kernel).
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, o);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
+  int loaded = 0;  // tiles whose Q the producer loaded for this block (as it counts them)
+  int ring = 0;    // K/V tiles consumed so far: the ring position, across tiles
+  for (int step = 0; fwd_step_begins(step, tile_count); ++step) {
+    const int tile_index = fwd_step_tile(step);
+    FwdTile tile;
+    if (tile_index >= tile_count || !fwd_tile<kBlockM>(p, tile_index, tile)) continue;
+    const int m0 = tile.m_block * kBlockM;
+    const FlashSeq seq = flash_seq(p, tile.b);
+    const FwdKeyRange keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
+    const int n_first = keys.n_first, n_tiles = keys.n_tiles;
+    if (n_tiles == 0) {
+      // Rows that see no key at all (the whole tile): O = 0, L = +inf, nothing loaded.
+      if (pending) finish_pending(false);
+    } else {
+      const int s0 = ring % kStages;
+      mbar_wait(q_full, loaded & 1);
+      mbar_wait(&k_full[s0], (ring / kStages) & 1);
+      // First key tile: S beside the last tile's last P V (Note [tile seam]), or S alone.
+      if (pending) {
+        wait_last_v();
+        turn_begin();
+        wgmma_fence();
+        issue_pv(pv_pos % kStages);
+        wgmma_commit();
+        issue_qk(s0);
+        wgmma_commit();
+        turn_end(false);
+        wgmma_wait<1>();  // the last tile's P V is done; this tile's S may still run under its epilogue
+        release_last_v();
+        store_tile();
+        pending = false;
+        wgmma_wait<0>();
+      } else {
+        turn_begin();
+        wgmma_fence();
+        issue_qk(s0);
+        wgmma_commit();
+        turn_end(false);
+        wgmma_wait<0>();
+      }
+      fence_regs(s_acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&k_empty[s0]);
+      // This tile's rows, mask bounds and output (the epilogue above wrote the last tile's with the old ones).
+      const int row_a = m0 + r_a, row_b = m0 + r_b;
+      lo_a = seq.first_key<Masked>(row_a), hi_a = seq.last_key<Masked>(row_a);
+      lo_b = seq.first_key<Masked>(row_b), hi_b = seq.last_key<Masked>(row_b);
+      whole = seq.whole_key_tiles<Masked>(m0, kBlockM, kBlockN);  // every row of the tile sees them all
+      {
+        const int n0 = n_first + (n_tiles - 1) * kBlockN;
+        if (needs_mask(n0)) mask(n0);
+        float fa, fb;
+        softmax(fa, fb);
+        convert_p();
+      }
+      for (int it = 1; it < n_tiles; ++it) {
+        const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
+        const int pos = ring + it;
+        const int s = pos % kStages, s_prev = (pos - 1) % kStages;
+        const uint32_t parity = (pos / kStages) & 1, parity_prev = ((pos - 1) / kStages) & 1;
+        mbar_wait(&k_full[s], parity);
+        mbar_wait(&v_full[s_prev], parity_prev);
+        turn_begin();
+        wgmma_fence();
+        issue_qk(s);
+        wgmma_commit();
+        issue_pv(s_prev);
+        wgmma_commit();
+        turn_end(false);
+        wgmma_wait<1>();  // S of this tile is done; P V of the previous one may still run
+        fence_regs(s_acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&k_empty[s]);
+        if (needs_mask(n0)) mask(n0);
+        float fa, fb;
+        softmax(fa, fb);  // overlaps the previous tile's P V
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        fence_regs(p_frag);  // keeps the in-flight A operand's registers live until here
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&v_empty[s_prev]);
+        rescale_o(fa, fb);
+        convert_p();
+      }
+      // Every S of this tile is done: the producer may load the next tile's Q.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(q_empty);
+      pv_pos = ring + n_tiles - 1;
+      pending = true;
+      ring += n_tiles;
+      ++loaded;
+    }
+    o_rows = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
+             (seq.q_row0 + m0) * p.o_row_stride;
+    lse_rows = p.lse + seq.stat_row0(tile.h) + m0;
+    rows_valid = seq.len_q - m0;
+    if (n_tiles == 0) store_tile();  // acc_o, m and l are as store_tile left them: O = 0, L = +inf
   }
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  T* gO = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + seq.q_row0 * p.o_row_stride;
-  float* gL = p.lse + seq.stat_row0(h);
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int col = 8 * i + col_in_tile;
-    if (row_a < seq.len_q)
-      *reinterpret_cast<uint32_t*>(gO + row_a * p.o_row_stride + col) = pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
-    if (row_b < seq.len_q)
-      *reinterpret_cast<uint32_t*>(gO + row_b * p.o_row_stride + col) =
-          pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
-  }
-  if (lane % 4 == 0) {
-    if (row_a < seq.len_q) gL[row_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
-    if (row_b < seq.len_q) gL[row_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
+  if (pending) finish_pending(true);
+  else if constexpr (C::kPingPong) {
+    // No issue ended the block (its last tile saw no key, or it had none): group 0 takes the hand-over that
+    // group 1's first arrival or last turn left it, so the named barriers end balanced.
+    if (wg == 0) named_sync(1, 256);
   }
 }
 

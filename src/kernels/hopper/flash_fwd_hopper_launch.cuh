@@ -5,8 +5,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda_check.h"
 #include "kernels/hopper/flash_fwd_hopper.cuh"
@@ -30,6 +34,19 @@ inline EncodeTiledFn encode_tiled() {
     return reinterpret_cast<EncodeTiledFn>(f);
   }();
   return fn;
+}
+
+// The current device's SM count, asked once per device (the forward's grid is one block per SM).
+inline int sm_count_cached() {
+  int dev = 0;
+  LMSCALE_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::atomic<int> counts[64] = {};
+  int sms = dev >= 0 && dev < 64 ? counts[dev].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    LMSCALE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (dev >= 0 && dev < 64) counts[dev].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
 }
 
 // The arguments of cuTensorMapEncodeTiled that vary between calls, zero-padded: the key of Note [tensor
@@ -101,8 +118,14 @@ bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
       !make_map(&maps.v, p, p.v, kv, p.v_row_stride, p.v_head_stride, p.v_batch_stride, C::kSwizzleElems, C::kBlockN,
                 C::kSwizzleBytes))
     return false;
-  const int m_blocks = (p.seqlen_q + C::kBlockM - 1) / C::kBlockM;
-  check_grid_y(m_blocks, "flash_fwd_hopper_kernel");
+  // Note [persistent forward]: a block per SM (one fits, by its shared memory), no more than there are tiles.
+  const int64_t tiles = fwd_tile_count<C::kBlockM>(p);
+  // The kernel counts tiles in int, one step of blocks (at most 65536) past the last.
+  if (tiles > INT32_MAX - 65536)
+    throw std::runtime_error("flash_fwd_hopper_kernel: " + std::to_string(tiles) +
+                             " query tiles (batch x heads x tiles per sequence) exceed 2^31 - 2^16; split the call");
+  if (tiles == 0) return true;
+  const int blocks = static_cast<int>(std::min<int64_t>({tiles, sm_count_cached(), 65536}));
   auto* kernel = flash_masked(p) ? flash_fwd_hopper_kernel<C, true> : flash_fwd_hopper_kernel<C, false>;
   static const bool opted_in = [] {
     LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, true>,
@@ -112,7 +135,7 @@ bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
-  kernel<<<dim3(p.batch * p.heads, m_blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p);
+  kernel<<<blocks, C::kThreads, C::kSmemBytes, stream>>>(maps, p);
   LMSCALE_CUDA_CHECK(cudaGetLastError());
   return true;
 }
