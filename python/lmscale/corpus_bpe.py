@@ -1,4 +1,4 @@
-"""The BPE half of `lmscale train corpus --tokenizer bpe|FILE.json` (src/train/corpus.cpp walks and splits the
+"""The BPE half of `lmscale train corpus --tokenizer bpe|FILE.json` (src/train_app/corpus.cpp walks and splits the
 files, then runs this module): trains a byte-level BPE with Hugging Face ``tokenizers`` on the training files
 only (GPT-2's scheme: bytes mapped to printable characters, merges learned from the text, the special token
 ``<|endoftext|>``), or loads a given ``tokenizer.json``; writes it beside the token files as

@@ -1,5 +1,5 @@
 """Text to ids and back with a ``tokenizer.json`` (Hugging Face ``tokenizers``, the library that made the
-corpus: ``lmscale.corpus_bpe``), for ``lmscale sample`` (src/train/sample_tokenizer.cpp runs this module).
+corpus: ``lmscale.corpus_bpe``), for ``lmscale sample`` (src/train_app/sample_tokenizer.cpp runs this module).
 Reads its input from stdin, answers with one JSON line on stdout:
 
     python -m lmscale.tokenize_text --tokenizer FILE.json encode < text.txt      # {"ids": [...]}

@@ -1,6 +1,6 @@
 // `lmscale report`: merges result folders into one (by default docs/results, when run at the top of
 // an lmscale checkout), rebuilds every table from the merged records, draws the plots and writes
-// index.md. The work is write_report (results/report.h); tables are never typed by hand or copied
+// index.md. The work is write_report (results/merged_report.h); tables are never typed by hand or copied
 // from a run. --export csv|tensorboard DIR writes the records for other tools (results/export.h).
 #include <filesystem>
 #include <iostream>
@@ -8,7 +8,7 @@
 #include "cli/registry.h"
 #include "core/error.h"
 #include "results/export.h"
-#include "results/report.h"
+#include "results/merged_report.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// `lmscale sample`: text from a checkpoint of `lmscale train` (train/checkpoint.h), greedy or top-p
-// (train/sampling.h), with the tokenizer its corpus was made with (train/sample_tokenizer.h). A smoke
+// `lmscale sample`: text from a checkpoint of `lmscale train` (train_app/checkpoint.h), greedy or top-p
+// (train_app/sampling.h), with the tokenizer its corpus was made with (train_app/sample_tokenizer.h). A smoke
 // test of a trained model; options and one call each.
 #include <filesystem>
 #include <iostream>
@@ -9,10 +9,10 @@
 #include "cli/step_args.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
-#include "train/sample_tokenizer.h"
-#include "train/sampling.h"
+#include "train_app/checkpoint.h"
+#include "train_app/safetensors.h"
+#include "train_app/sample_tokenizer.h"
+#include "train_app/sampling.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // `lmscale train`: trains the model on a token file and records the training and validation loss
-// (train/train_run.h); `lmscale train corpus` makes the token files from text (train/corpus.h).
+// (train_app/train_run.h); `lmscale train corpus` makes the token files from text (train_app/corpus.h).
 // Options and one call each; the loop, records and comparison belong to the library.
 #include <filesystem>
 #include <limits>
@@ -11,9 +11,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "results/writer.h"
-#include "train/corpus.h"
-#include "train/train_reference.h"
-#include "train/train_run.h"
+#include "train_app/corpus.h"
+#include "train_app/train_reference.h"
+#include "train_app/train_run.h"
 
 namespace {
 

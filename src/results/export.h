@@ -2,7 +2,7 @@
 // tools read. CSV: one file per records file, one row per record, nested fields flattened. TensorBoard:
 // the loss curves of train.jsonl as event files, one folder per run, written here (TFRecord framing
 // around Event protobufs, scalars only) instead of through torch.utils.tensorboard, which needs the
-// `tensorboard` package and its protobuf/grpc stack in the interpreter. Merging and tables: report.h.
+// `tensorboard` package and its protobuf/grpc stack in the interpreter. Merging and tables: merged_report.h.
 #pragma once
 #include <cstdint>
 #include <map>

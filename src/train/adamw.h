@@ -52,7 +52,7 @@ class FusedAdamW {
   // Optimizer-state bytes (exp_avg + exp_avg_sq + step) currently allocated.
   int64_t state_bytes() const;
 
-  // What a checkpoint keeps (train/checkpoint.h): both moments per param (empty before the first
+  // What a checkpoint keeps (train_app/checkpoint.h): both moments per param (empty before the first
   // step) and the number of updates taken. One count serves every param: the LM never skips a
   // gradient, so torch's per-param counters are all equal. load_state() copies a saved state into
   // place (the kernel path's counter included), so the next step() continues exactly where the saved

@@ -4,7 +4,7 @@
 - `std::filesystem::remove_all` (or `fs::remove_all`) in src/ or tests/cpp/: libtorch.so exports its own copy of
   that symbol, the dynamic linker binds lmscale's call to it, and that copy crashes (a call through a null pointer:
   the resumed `lmscale train` of 2026-12-02 died so while pruning an old checkpoint). Remove a tree with nftw
-  (src/train/checkpoint.cpp's remove_tree, tests/cpp/support/temp_dirs.h).
+  (src/train_app/checkpoint.cpp's remove_tree, tests/cpp/support/temp_dirs.h).
 
 A comment that names the call (to say why it is not used) is not a call: lines whose code part before `//` lacks
 it pass. Run by CTest (House.Calls); no build needed.
@@ -20,7 +20,7 @@ import house_check
 
 FORBIDDEN = {re.compile(r"\b(std::filesystem|fs)::remove_all\s*\("):
              "std::filesystem::remove_all binds to libtorch's copy and crashes; remove the tree with nftw "
-             "(remove_tree in src/train/checkpoint.cpp, tests/cpp/support/temp_dirs.h)"}
+             "(remove_tree in src/train_app/checkpoint.cpp, tests/cpp/support/temp_dirs.h)"}
 SUFFIXES = {".cpp", ".h", ".cu", ".cuh", ".hpp", ".cc"}
 
 

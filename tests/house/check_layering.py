@@ -24,6 +24,7 @@ LAYERS = {
     "profile": 5,
     "distributed": 5,
     "bench": 6,
+    "train_app": 6,
     "cli": 7,
 }
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}

@@ -18,7 +18,7 @@ forward + loss under autocast, ``loss.backward()``, ``clip_grad_norm_``, the ste
 ``{"eval": {"step", "train_loss", "val_loss", "grad_norm", "lr", "elapsed_s"}}`` per evaluation, and
 ``{"step": s}`` every few steps for the progress bar; lmscale turns them into records. A non-finite
 training loss, gradient norm or validation loss ends the run with one line
-``{"diverged": {"step", "what", "value"}}`` (lmscale's Note [divergence], src/train/trainer.h).
+``{"diverged": {"step", "what", "value"}}`` (lmscale's Note [divergence], src/train_app/trainer.h).
 
 Only torch is imported: this module runs without lmscale's C++ library.
 """

@@ -9,7 +9,7 @@ from . import figure_path, groups, load, newest, plt, save
 
 SETUP = ("gpu", "size", "context", "batch", "steps", "corpus")
 RUN = ("impl", "precision")
-AGREEMENT = 0.01  # the numerics goal: within 1 % after warm-up (src/train/train_compare.h)
+AGREEMENT = 0.01  # the numerics goal: within 1 % after warm-up (src/train_app/train_compare.h)
 
 
 def plot(folder):

@@ -1,5 +1,5 @@
 // The progress bar and evaluation lines of `lmscale train`; see train_progress.h.
-#include "train/train_progress.h"
+#include "train_app/train_progress.h"
 
 #include <algorithm>
 #include <cmath>

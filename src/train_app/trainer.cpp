@@ -1,5 +1,5 @@
 // lmscale's training loop; see trainer.h.
-#include "train/trainer.h"
+#include "train_app/trainer.h"
 
 #include <ATen/ATen.h>
 
@@ -9,9 +9,9 @@
 #include <limits>
 #include <sstream>
 
-#include "train/data_order.h"
+#include "train_app/data_order.h"
 #include "train/grad_clip.h"
-#include "train/token_file.h"
+#include "train_app/token_file.h"
 
 namespace lmscale {
 

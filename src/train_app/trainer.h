@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "train_app/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/training_step.h"
 

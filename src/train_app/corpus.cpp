@@ -1,5 +1,5 @@
 // The byte-level corpus maker; see corpus.h.
-#include "train/corpus.h"
+#include "train_app/corpus.h"
 
 #include <c10/util/Exception.h>
 
@@ -16,7 +16,7 @@
 #include "core/python_module.h"
 #include "results/record.h"
 #include "results/writer.h"
-#include "train/token_file.h"
+#include "train_app/token_file.h"
 
 namespace lmscale {
 

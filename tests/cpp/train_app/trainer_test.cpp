@@ -14,9 +14,9 @@
 #include "results/record.h"
 #include "support/run_cli.h"
 #include "support/temp_dirs.h"
-#include "train/corpus.h"
-#include "train/token_file.h"
-#include "train/train_run.h"
+#include "train_app/corpus.h"
+#include "train_app/token_file.h"
+#include "train_app/train_run.h"
 
 namespace lmscale {
 namespace {

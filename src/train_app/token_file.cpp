@@ -1,5 +1,5 @@
 // The memory-mapped token file; see token_file.h.
-#include "train/token_file.h"
+#include "train_app/token_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

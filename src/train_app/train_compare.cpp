@@ -1,5 +1,5 @@
 // Validation-loss comparison of training runs; see train_compare.h.
-#include "train/train_compare.h"
+#include "train_app/train_compare.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // Checkpoints of `lmscale train`; see checkpoint.h.
-#include "train/checkpoint.h"
+#include "train_app/checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -20,7 +20,7 @@
 #include <torch/nn/module.h>
 
 #include "core/sha256.h"
-#include "train/safetensors.h"
+#include "train_app/safetensors.h"
 
 namespace lmscale {
 

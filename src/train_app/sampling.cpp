@@ -1,5 +1,5 @@
 // Generation; see sampling.h.
-#include "train/sampling.h"
+#include "train_app/sampling.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,5 +1,5 @@
 // Driving the PyTorch reference trainer; see train_reference.h.
-#include "train/train_reference.h"
+#include "train_app/train_reference.h"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include "core/python_module.h"
 #include "model/config.h"
 #include "results/writer.h"
-#include "train/data_order.h"
+#include "train_app/data_order.h"
 #include "train/initial_weights.h"
-#include "train/token_file.h"
+#include "train_app/token_file.h"
 
 namespace lmscale {
 

@@ -1,5 +1,5 @@
 // The data order of a training run; see data_order.h.
-#include "train/data_order.h"
+#include "train_app/data_order.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
 // The run loop of `lmscale train`; see train_run.h.
-#include "train/train_run.h"
+#include "train_app/train_run.h"
 
 #include <unistd.h>
 
@@ -16,9 +16,9 @@
 #include "results/record.h"
 #include "results/writer.h"
 #include "core/sweep_progress.h"
-#include "train/train_compare.h"
-#include "train/train_progress.h"
-#include "train/train_reference.h"
+#include "train_app/train_compare.h"
+#include "train_app/train_progress.h"
+#include "train_app/train_reference.h"
 
 namespace lmscale {
 

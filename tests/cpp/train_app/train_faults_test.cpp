@@ -14,7 +14,7 @@
 #include "results/reader.h"
 #include "support/run_cli.h"
 #include "support/temp_dirs.h"
-#include "train/train_run.h"
+#include "train_app/train_run.h"
 
 namespace lmscale {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/token_file.h"
+#include "train_app/token_file.h"
 
 namespace lmscale {
 

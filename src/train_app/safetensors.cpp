@@ -1,5 +1,5 @@
 // The safetensors format; see safetensors.h. Layout: [u64 LE header length][header JSON][data].
-#include "train/safetensors.h"
+#include "train_app/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>

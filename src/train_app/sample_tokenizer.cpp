@@ -1,5 +1,5 @@
 // The checkpoint's tokenizer; see sample_tokenizer.h.
-#include "train/sample_tokenizer.h"
+#include "train_app/sample_tokenizer.h"
 
 #include <c10/util/Exception.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "core/python_module.h"
 #include "results/writer.h"
-#include "train/corpus.h"
+#include "train_app/corpus.h"
 
 namespace lmscale {
 

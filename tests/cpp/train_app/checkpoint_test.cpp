@@ -13,8 +13,8 @@
 #include "core/sha256.h"
 #include "support/temp_dirs.h"
 #include "train/adamw.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "train_app/checkpoint.h"
+#include "train_app/safetensors.h"
 
 namespace lmscale {
 namespace {

@@ -10,7 +10,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "train/trainer.h"
+#include "train_app/trainer.h"
 
 namespace lmscale {
 

@@ -10,8 +10,8 @@
 
 #include "core/interrupt.h"
 #include "support/temp_dirs.h"
-#include "train/data_order.h"
-#include "train/token_file.h"
+#include "train_app/data_order.h"
+#include "train_app/token_file.h"
 
 namespace lmscale {
 namespace {

@@ -1,5 +1,5 @@
-// Merging result folders into one; see report.h.
-#include "results/report.h"
+// Merging result folders into one; see merged_report.h.
+#include "results/merged_report.h"
 
 #include <c10/util/Exception.h>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "train_app/checkpoint.h"
 
 namespace lmscale {
 

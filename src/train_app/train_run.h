@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "results/record.h"
-#include "train/trainer.h"
+#include "train_app/trainer.h"
 
 namespace lmscale {
 

@@ -3,7 +3,7 @@
 // runs without a curve left out.
 #include <gtest/gtest.h>
 
-#include "train/train_compare.h"
+#include "train_app/train_compare.h"
 
 namespace lmscale {
 namespace {
