@@ -101,6 +101,12 @@ lk::FlashParams make_params(const Case& c, const Layout& L, void* q, void* k, vo
   p.scale = 1.f / std::sqrt(float(c.d));
   p.is_causal = c.causal;
   p.dtype = c.bf16 ? lk::FlashDtype::kBF16 : lk::FlashDtype::kFP16;
+  static int* tile_counter = [] {  // the forward's dynamic tile order, as the product's op passes it
+    int* c = nullptr;
+    CHECK(cudaMalloc(&c, sizeof(int)));
+    return c;
+  }();
+  p.fwd_tile_counter = std::getenv("PROBE_STATIC_TILES") ? nullptr : tile_counter;
   return p;
 }
 
@@ -251,6 +257,7 @@ std::vector<Variant> variants() {
 #endif
 }
 
+// PROBE_STATIC_TILES=1: the Hopper forward's fixed tile shares instead of its dynamic order (make_params).
 // PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each). PROBE_DOCS=n (batch 1): the sequence packed as n
 // documents of random lengths (seed 5), a varlen call; FLOPs count only the work inside the documents.
 int time(const Case& c, int iters, bool all) {

@@ -30,6 +30,10 @@ struct FlashParams {
   void* dq = nullptr;          // bwd outputs in the input dtype: dq like q, dk/dv like k/v
   void* dk = nullptr;
   void* dv = nullptr;
+  // Hopper forward (optional): one int32, any contents; the launch zeroes it on the stream. With it the blocks take
+  // query tiles in order as each frees up (Note [persistent forward], flash_fwd_hopper.cuh); without it each block
+  // takes a fixed share.
+  int* fwd_tile_counter = nullptr;
   // bwd workspaces supplied by the caller (ops/ allocates them; kernels never allocate):
   float* dq_accum = nullptr;  // fp32 (B, H, Nq, D) contiguous, any contents (zeroed or first-stored, below)
   float* dsum = nullptr;      // fp32 (B, H, Nq) contiguous: D_i = rowsum(dO ⊙ O)

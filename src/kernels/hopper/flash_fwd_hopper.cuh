@@ -57,7 +57,10 @@ struct FwdConfig {
                                      ? 4
                                      : (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes);
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file.
+  // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file (240 each of
+  // two, 160 each of three). ptxas spills a few words of the producer's tile walk (the tile counter, a packed batch's
+  // slot search, the hand-on through shared memory) to local memory at 24: one thread that mostly waits on barriers.
+  // Giving it 56 (no spill) left the consumers 224 / 152 and cost the 16k x 128 and 2048 x 80 forwards 4-10 %.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8 > 240
                                            ? 240
@@ -65,7 +68,8 @@ struct FwdConfig {
   // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
   // and the descriptors assume atom-aligned bases), then the barriers.
   static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + (2 + 4 * kStages) * 8 + 1024;  // + alignment slack
+  static constexpr int kTileOffset = kBarrierOffset + (2 + 4 * kStages) * 8;  // the tile the producer hands on
+  static constexpr int kSmemBytes = kTileOffset + 16 + 1024;                  // + alignment slack
   static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
@@ -110,10 +114,11 @@ struct FwdMaps {
 // tile's Q and first K/V tiles while the consumers finish the last; with a block per tile, every tile paid its
 // loads' latency, its pipeline's fill and drain and its block's start (at 4 x 25 x 512 x 64, 400 tiles of 1-3 key
 // tiles; packed documents of ~1k tokens, ~4).
-__device__ __forceinline__ bool fwd_step_begins(int step, int tile_count) {
-  return static_cast<int64_t>(step) * gridDim.x < tile_count;
-}
-__device__ __forceinline__ int fwd_step_tile(int step) {
+// The tile a block's producer takes at its step-th turn: the next of the order from fwd_tile_counter (one atomic
+// add per tile), else the block's fixed share in snake order. Past the last tile: >= tile_count.
+__device__ __forceinline__ int fwd_next_tile(const FlashParams& p, int step, int tile_count) {
+  if (p.fwd_tile_counter) return atomicAdd(p.fwd_tile_counter, 1);
+  if (static_cast<int64_t>(step) * gridDim.x >= tile_count) return tile_count;
   const int lane = step & 1 ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   return step * static_cast<int>(gridDim.x) + lane;
 }
@@ -179,6 +184,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
+  volatile int* s_tile = reinterpret_cast<volatile int*>(smem + C::kTileOffset);
 
   const int tile_count = static_cast<int>(fwd_tile_count<kBlockM>(p));  // < 2^31: launch_fwd checks
   // Broadcast from lane 0 so the compiler knows it is warp-uniform (descriptor bases stay in uniform registers).
@@ -186,7 +192,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
 
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
-    mbar_init(q_empty, 4 * C::kConsumers);  // one arrival per consumer warp
+    // One arrival per consumer thread: each thread's read of the handed-on tile index is its own (racecheck does
+    // not see a warp barrier order other lanes' reads before lane 0's arrival).
+    mbar_init(q_empty, 128 * C::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
@@ -204,20 +212,33 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       tma_prefetch_map(&maps.q);
       tma_prefetch_map(&maps.k);
       tma_prefetch_map(&maps.v);
-      int loaded = 0;  // tiles whose Q this block loaded
+      int handed = 0;  // tiles handed to the consumers (q_full's phase): every tile this block takes, and the end
       int ring = 0;    // K/V tiles loaded so far: the ring position, across tiles
-      for (int step = 0; fwd_step_begins(step, tile_count); ++step) {
-        const int tile_index = fwd_step_tile(step);
+      for (int step = 0;; ++step) {
+        const int tile_index = fwd_next_tile(p, step, tile_count);
         FwdTile tile;
-        if (tile_index >= tile_count || !fwd_tile<kBlockM>(p, tile_index, tile)) continue;
-        const FlashSeq seq = flash_seq(p, tile.b);
-        const int m0 = tile.m_block * kBlockM;
-        const FwdKeyRange keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
-        if (keys.n_tiles == 0) continue;
+        const bool past = tile_index >= tile_count;
+        const bool has_tile = !past && fwd_tile<kBlockM>(p, tile_index, tile);
+        if (!past && !has_tile) continue;  // a packed batch's slot that holds no tile
+        FlashSeq seq;
+        FwdKeyRange keys{0, 0};
+        if (has_tile) {
+          seq = flash_seq(p, tile.b);
+          keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, tile.m_block * kBlockM);
+        }
+        // Hand the tile (or the end) on through q_full once the consumers are done with the last Q.
+        if (handed > 0) mbar_wait(q_empty, (handed - 1) & 1);
+        *s_tile = past ? tile_count : tile_index;
+        ++handed;
+        if (keys.n_tiles == 0) {  // the end, or rows that see no key: nothing to load
+          mbar_arrive(q_full);
+          if (past) break;
+          continue;
+        }
         // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
+        const int m0 = tile.m_block * kBlockM;
         const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
         const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
-        if (loaded > 0) mbar_wait(q_empty, (loaded - 1) & 1);  // the consumers are done with the last Q
         mbar_arrive_expect_tx(q_full, C::kQBytes);
         for (int c = 0; c < kChunks; ++c)
           tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, q_row, tile.h, tma_b);
@@ -237,7 +258,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           for (int c = 0; c < kChunks; ++c)
             tma_load_4d(v_slot + c * kBlockN * kSwB, &maps.v, &v_full[s], c * kSwE, k_row + n0, hk, tma_b);
         }
-        ++loaded;
       }
     }
     return;
@@ -295,14 +315,30 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   // The mask and key-tail masking; only tiles that cross a bound of the mask or the end of the keys call it. Each
   // row's visible keys [lo, hi] are fixed for the tile: two compares per entry, as the causal mask alone took (with
   // the bounds worked out per entry, the masked tiles cost twice as much: 19 us more at the xl step's 4 x 25 x 512).
+  // Entry c = 8 i + e of a row is key n0 + col_in_tile + c: with the bounds moved into the tile once, each entry
+  // compares a constant with one register per bound (a causal mask has no lower one), not its key with two.
+  const bool has_left = Masked && p.window_left >= 0;  // first_key is INT_MIN otherwise
   auto mask = [&](int n0) {
+    const int base = n0 + col_in_tile;
+    const int ha = hi_a - base, hb = hi_b - base;
+    if (!has_left) {
 #pragma unroll
-    for (int i = 0; i < kBlockN / 8; ++i) {
+      for (int i = 0; i < kBlockN / 8; ++i) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = n0 + 8 * i + col_in_tile + e;
-        if (col < lo_a || col > hi_a) s_acc[4 * i + e] = -INFINITY;
-        if (col < lo_b || col > hi_b) s_acc[4 * i + 2 + e] = -INFINITY;
+        for (int e = 0; e < 2; ++e) {
+          if (8 * i + e > ha) s_acc[4 * i + e] = -INFINITY;
+          if (8 * i + e > hb) s_acc[4 * i + 2 + e] = -INFINITY;
+        }
+      }
+    } else {
+      const int la = lo_a - base, lb = lo_b - base;
+#pragma unroll
+      for (int i = 0; i < kBlockN / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * i + e < la || 8 * i + e > ha) s_acc[4 * i + e] = -INFINITY;
+          if (8 * i + e < lb || 8 * i + e > hb) s_acc[4 * i + 2 + e] = -INFINITY;
+        }
       }
     }
   };
@@ -427,22 +463,25 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     pending = false;
   };
 
-  int loaded = 0;  // tiles whose Q the producer loaded for this block (as it counts them)
+  int handed = 0;  // tiles the producer handed on (q_full's phase), the end included
   int ring = 0;    // K/V tiles consumed so far: the ring position, across tiles
-  for (int step = 0; fwd_step_begins(step, tile_count); ++step) {
-    const int tile_index = fwd_step_tile(step);
+  for (;;) {
+    mbar_wait(q_full, handed & 1);  // the next tile's index; its Q too when it has keys to see
+    ++handed;
+    const int tile_index = *s_tile;
+    if (tile_index >= tile_count) break;
     FwdTile tile;
-    if (tile_index >= tile_count || !fwd_tile<kBlockM>(p, tile_index, tile)) continue;
+    fwd_tile<kBlockM>(p, tile_index, tile);  // the producer hands on only slots that hold a tile
     const int m0 = tile.m_block * kBlockM;
     const FlashSeq seq = flash_seq(p, tile.b);
     const FwdKeyRange keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
     const int n_first = keys.n_first, n_tiles = keys.n_tiles;
     if (n_tiles == 0) {
       // Rows that see no key at all (the whole tile): O = 0, L = +inf, nothing loaded.
+      mbar_arrive(q_empty);  // the index is read: the producer may hand on the next
       if (pending) finish_pending(false);
     } else {
       const int s0 = ring % kStages;
-      mbar_wait(q_full, loaded & 1);
       mbar_wait(&k_full[s0], (ring / kStages) & 1);
       // First key tile: S beside the last tile's last P V (Note [tile seam]), or S alone.
       if (pending) {
@@ -511,13 +550,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         rescale_o(fa, fb);
         convert_p();
       }
-      // Every S of this tile is done: the producer may load the next tile's Q.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(q_empty);
+      // Every S of this tile is done (and the index read): the producer may load the next tile's Q.
+      mbar_arrive(q_empty);
       pv_pos = ring + n_tiles - 1;
       pending = true;
       ring += n_tiles;
-      ++loaded;
     }
     o_rows = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
              (seq.q_row0 + m0) * p.o_row_stride;

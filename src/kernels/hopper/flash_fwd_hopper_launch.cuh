@@ -135,6 +135,7 @@ bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
     return true;
   }();
   (void)opted_in;
+  if (p.fwd_tile_counter) LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.fwd_tile_counter, 0, sizeof(int), stream));
   kernel<<<blocks, C::kThreads, C::kSmemBytes, stream>>>(maps, p);
   LMSCALE_CUDA_CHECK(cudaGetLastError());
   return true;
