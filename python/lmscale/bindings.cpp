@@ -2,6 +2,7 @@
 // the C++ DDP of src/distributed/ddp.h and exposes ZeRO's shard math (src/distributed/sharded_optimizer.h). The attention ops
 // need no binding: liblmscale registers torch.ops.lmscale.* itself (see lmscale/__init__.py).
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>  // PythonFutureWrapper: torch.futures.Future's C++ side
 #include <torch/extension.h>
 
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "distributed/ddp.h"
 #include "distributed/sharded_optimizer.h"
+#include "distributed/then_work.h"
 
 namespace py = pybind11;
 namespace distributed = lmscale::distributed;
@@ -45,6 +47,70 @@ c10::Device module_device(const std::vector<at::Tensor>& params, const std::vect
   return c10::Device(c10::kCPU);
 }
 
+// The tensor a comm hook's future holds: a Tensor, or a list of one (what Work.get_future() gives).
+// A future made in Python (fut.then, Future.set_result) holds a Python object, read under the GIL.
+at::Tensor hook_result(const c10::IValue& value, size_t index) {
+  if (value.isTensor()) return value.toTensor();
+  if (value.isTensorList() && value.toTensorList().size() == 1) return value.toTensorList().get(0);
+  if (value.isList() && value.toListRef().size() == 1 && value.toListRef()[0].isTensor())
+    return value.toListRef()[0].toTensor();
+  if (value.isPyObject()) {
+    py::gil_scoped_acquire gil;
+    py::object obj = torch::jit::toPyObject(value);
+    if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
+    if ((py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) && py::len(obj) == 1 &&
+        THPVariable_Check(py::sequence(obj)[0].ptr()))
+      return THPVariable_Unpack(py::sequence(obj)[0].ptr());
+    TORCH_CHECK(false, "lmscale DDP: the comm hook's future for bucket ", index, " holds ",
+                py::str(py::type::of(obj)).cast<std::string>(), "; it must hold the bucket's new gradients as one "
+                "tensor (the contract of torch DDP's register_comm_hook: e.g. return fut.then(lambda f: f.value()[0])).");
+  }
+  TORCH_CHECK(false, "lmscale DDP: the comm hook's future for bucket ", index, " holds a ", value.tagKind(),
+              "; it must hold the bucket's new gradients as one tensor.");
+}
+
+// Note [Python comm hook]
+// register_comm_hook's C++ side. The reducer calls the hook per ready bucket on the autograd thread,
+// which holds no GIL (backward() released it), so the call takes the GIL, runs `dispatch` (ddp.py's
+// _run_comm_hook: a GradBucket over the flat buffer, the user's hook, the Future check) and lets go.
+// The future is waited at finish, with the GIL released: its Python callbacks (fut.then) take the GIL
+// on the thread that completes the collective. The continuation then writes the future's tensor into
+// the bucket (cast to its dtype: a compress hook's result may be bf16), the gradients being views of it.
+// The Python callable is dropped under the GIL, wherever the last copy of the C++ hook goes.
+distributed::CommHook python_comm_hook(py::function dispatch) {
+  std::shared_ptr<py::function> fn(new py::function(std::move(dispatch)), [](py::function* f) {
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+  return [fn](distributed::GradBucket& bucket) -> c10::intrusive_ptr<c10d::Work> {
+    c10::intrusive_ptr<c10::ivalue::Future> fut;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        py::object result = (*fn)(bucket.index, bucket.count, bucket.buffer, bucket.params, bucket.offsets,
+                                  bucket.lengths);
+        fut = result.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+      } catch (py::error_already_set& e) {
+        TORCH_CHECK(false, e.what());  // the hook's own exception, message and type name kept
+      } catch (const py::cast_error&) {
+        TORCH_CHECK(false, "lmscale DDP: the comm hook dispatch returned no torch.futures.Future for bucket ",
+                    bucket.index);
+      }
+    }
+    const at::Tensor buffer = bucket.buffer;
+    const size_t index = bucket.index;
+    auto write_back = [fut, buffer, index] {
+      const at::Tensor result = hook_result(fut->value(), index);
+      TORCH_CHECK(result.numel() == buffer.numel(), "lmscale DDP: the comm hook's result for bucket ", index, " has ",
+                  result.numel(), " elements, the bucket ", buffer.numel(), "; the future must hold a tensor shaped "
+                  "like bucket.buffer().");
+      if (!(result.data_ptr() == buffer.data_ptr() && result.scalar_type() == buffer.scalar_type()))
+        buffer.copy_(result.reshape({-1}));
+    };
+    return c10::make_intrusive<distributed::ThenWork>(c10d::Work::create_from_future(fut), write_back);
+  };
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -69,6 +135,18 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("finish_gradient_synchronization", &distributed::DistributedDataParallel::finish_gradient_synchronization,
            py::call_guard<py::gil_scoped_release>())
+      .def(
+          "register_comm_hook",
+          [](distributed::DistributedDataParallel& d, py::function dispatch) {
+            d.register_comm_hook(python_comm_hook(std::move(dispatch)));
+          },
+          py::arg("dispatch"),
+          "dispatch(index, count, buffer, params, offsets, lengths) -> torch.futures.Future, per ready bucket")
+      .def("shadow_gradient_synchronization", &distributed::DistributedDataParallel::shadow_gradient_synchronization,
+           py::call_guard<py::gil_scoped_release>())
+      .def_property("divisor", &distributed::DistributedDataParallel::divisor,
+                    &distributed::DistributedDataParallel::set_divisor)
+      .def_property_readonly("steps", &distributed::DistributedDataParallel::steps)
       .def_property_readonly("bucket_assignment", &distributed::DistributedDataParallel::bucket_assignment,
                              "parameter indices (after removing repeats) per bucket, in launch order")
       .def_property_readonly(

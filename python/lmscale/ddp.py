@@ -1,8 +1,9 @@
 """lmscale.DistributedDataParallel: an nn.Module wrapper whose gradient hooks, buckets and
 collectives are the C++ DDP of src/distributed/ddp.h (lmscale._C.Reducer), handed the Python process group.
 Python lists the module's parameters and buffers, takes PyTorch's DDP arguments, queues the end of
-synchronisation at the end of backward, forwards calls and implements no_sync(); the ShardedOptimizer
-that often follows it is in sharded_optimizer.py."""
+synchronisation at the end of backward, forwards calls and implements no_sync(); comm hooks'
+GradBucket is in ddp_comm_hook.py, join()'s protocol in ddp_join.py, and the ShardedOptimizer that
+often follows it in sharded_optimizer.py."""
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +15,9 @@ import torch
 import torch.distributed as dist
 
 from ._library import require_distributed as _require_distributed
+from .ddp_comm_hook import check_comm_hook as _check_comm_hook
+from .ddp_comm_hook import run_comm_hook as _run_comm_hook
+from .ddp_join import Join
 
 # PyTorch's default bucket cap (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb).
 DEFAULT_BUCKET_CAP_MB = 25.0
@@ -112,6 +116,8 @@ class DistributedDataParallel(torch.nn.Module):
         self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
         self.static_graph = bool(static_graph)
         self.require_backward_grad_sync = True  # False inside no_sync(), as PyTorch's DDP names it
+        self._device = _module_device(module)  # where the join's status vector lives (Gloo: CPU, NCCL: CUDA)
+        self._join: Optional[Join] = None  # the active join() context, if any
         # module.parameters() lists each parameter once (a tied weight too), in the module's own
         # order; the reducer's bucket_assignment indexes this list.
         params = list(module.parameters())
@@ -127,9 +133,14 @@ class DistributedDataParallel(torch.nn.Module):
             p.register_post_accumulate_grad_hook(hook)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        if self.broadcast_buffers and self._buffers_to_sync:
-            # As PyTorch's DDP: every rank's forward sees rank 0's buffers (running statistics).
-            dist._broadcast_coalesced(self.process_group, self._buffers_to_sync, _BROADCAST_BUCKET_BYTES, 0)
+        source = 0
+        if self._join is not None:
+            # Inside join(): tell the ranks that ran out what this forward (and its backward) will issue.
+            source = self._join.notify_not_joined(torch.is_grad_enabled() and self.require_backward_grad_sync)
+        if self._broadcasts_buffers():
+            # As PyTorch's DDP: every rank's forward sees rank 0's buffers (running statistics); inside a
+            # join, those of the highest rank still training.
+            self._broadcast_buffers_from(source)
         if self.require_backward_grad_sync or not torch.is_grad_enabled():
             return self.module(*inputs, **kwargs)
         return self._forward_without_sync(*inputs, **kwargs)
@@ -174,6 +185,52 @@ class DistributedDataParallel(torch.nn.Module):
                 for p in self._trainable:
                     if p.grad is not None:
                         p.grad = p.grad.clone()
+
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        """Runs ``hook(state, bucket) -> torch.futures.Future[torch.Tensor]`` for every bucket once its
+        gradients are ready, instead of the built-in averaging all-reduce (PyTorch's contract, so
+        ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``, ``fp16_compress_hook``,
+        ``bf16_compress_hook`` and their wrappers run unchanged). ``bucket`` is an
+        lmscale.ddp_comm_hook.GradBucket: ``buffer()`` (the flat gradients), ``gradients()``,
+        ``parameters()``, ``index()``, ``is_last()``, ``set_buffer()``. The future's tensor, once the
+        backward ends, is written into the bucket (cast to its dtype) and so into every ``.grad``.
+        The gradients are not divided by the world size first: the hook averages (PyTorch's hooks do).
+        Register once, before the first backward; the hook runs on the autograd thread, with the GIL
+        taken for it. An exception in the hook fails that backward, and the model should not be
+        trained on afterwards (the ranks' collectives no longer match)."""
+        _check_comm_hook(hook)
+        self._reducer.register_comm_hook(functools.partial(_run_comm_hook, hook, state))
+
+    def join(self, divide_by_initial_world_size: bool = True, enable: bool = True,
+             throw_on_early_termination: bool = False) -> Join:
+        """A context manager for ranks with different numbers of batches (PyTorch's
+        ``DistributedDataParallel.join``): a rank whose loop inside ``with ddp.join():`` ends first
+        waits at the end of the block and issues the collectives of every forward and backward the
+        others still run, contributing zero gradients, so no rank hangs. When all are done, every rank
+        gets the parameters (and, with ``broadcast_buffers``, buffers) of the last rank to finish.
+
+        - ``divide_by_initial_world_size`` (default True): gradients are summed over the ranks still
+          training and divided by the world size at the start, so every sample weighs the same in every
+          step; False divides by the ranks still training (a full-size step from fewer samples).
+          A registered comm hook divides as it likes and ignores this, as in PyTorch.
+        - ``enable=False``: the context does nothing (inputs known to be even).
+        - ``throw_on_early_termination=True``: the first rank to run out raises instead of waiting, and
+          every other rank raises a RuntimeError in its next forward, so all stop at the same step.
+
+        Only this model's collectives are matched: any other collective in the loop (a loss all-reduce,
+        lmscale.ShardedOptimizer's step) still needs every rank. A forward with gradients enabled must
+        be followed by its backward, as the joined ranks shadow both."""
+        return Join(self, divide_by_initial_world_size, enable, throw_on_early_termination)
+
+    def _broadcasts_buffers(self) -> bool:
+        return self.broadcast_buffers and bool(self._buffers_to_sync)
+
+    def _broadcast_buffers_from(self, source: int) -> None:
+        self._broadcast(self._buffers_to_sync, source)
+
+    def _broadcast(self, tensors: list[torch.Tensor], source: int) -> None:
+        """Copies `tensors` from group rank `source` to every rank (coalesced into few collectives)."""
+        dist._broadcast_coalesced(self.process_group, tensors, _BROADCAST_BUCKET_BYTES, source)
 
     @property
     def bucket_assignment(self) -> list[list[int]]:

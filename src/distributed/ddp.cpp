@@ -94,7 +94,7 @@ CommHook bf16_compress_hook(const Group& group) {
   // One bf16 copy per bucket, allocated on first use and reused: the hook runs on the autograd
   // thread during backward, where a fresh allocation per step would only add allocator traffic.
   auto copies = std::make_shared<std::vector<at::Tensor>>();
-  return [backend = group.backend, world = group.world_size, copies](GradBucket& bucket) {
+  return [backend = group.backend, copies](GradBucket& bucket) {
     if (copies->size() <= bucket.index) copies->resize(bucket.index + 1);
     at::Tensor& low = (*copies)[bucket.index];
     if (!low.defined() || low.numel() != bucket.buffer.numel())
@@ -103,11 +103,12 @@ CommHook bf16_compress_hook(const Group& group) {
     std::vector<at::Tensor> tensors{low};
     auto work = backend->allreduce(tensors, c10d::AllreduceOptions{});
     at::Tensor full = bucket.buffer;
+    const int64_t divisor = bucket.divisor;
     // The sum of N bf16 values cannot overflow where fp32 would not (same exponent range); the
     // average is taken in fp32 after the cast back.
-    return c10::intrusive_ptr<c10d::Work>(c10::make_intrusive<ThenWork>(work, [full, low, world]() mutable {
+    return c10::intrusive_ptr<c10d::Work>(c10::make_intrusive<ThenWork>(work, [full, low, divisor]() mutable {
       full.copy_(low);
-      full.div_(world);
+      full.div_(divisor);
     }));
   };
 }
@@ -117,18 +118,18 @@ CommHook allreduce_average_hook(const Group& group) {
   // bucket (98 kernels per XL step at 100 MB buckets): the XL bf16 step on 2 H100s went from 113.9 / 116.1
   // to 106.9 / 109.4 ms (docs/results/runs/2026-11-26-8959ce7-distributed). Gloo has no average, so its buckets are
   // divided first.
-  if (group.kind == BackendKind::Nccl) {
-    return [backend = group.backend](GradBucket& bucket) {
-      std::vector<at::Tensor> tensors{bucket.buffer};
+  // A divisor other than the world size (a join that averages over the ranks still training) takes the
+  // Gloo path on NCCL too; every rank of such a step has the same divisor, so all issue the same op.
+  const bool nccl = group.kind == BackendKind::Nccl;
+  return [backend = group.backend, world = group.world_size, nccl](GradBucket& bucket) {
+    std::vector<at::Tensor> tensors{bucket.buffer};
+    if (nccl && bucket.divisor == world) {
       c10d::AllreduceOptions opts;
       opts.reduceOp = c10d::ReduceOp::AVG;
       return backend->allreduce(tensors, opts);
-    };
-  }
-  return [backend = group.backend, world = group.world_size](GradBucket& bucket) {
+    }
     // Divide first (as PyTorch DDP does): the sum of pre-divided gradients stays in range in fp16/bf16.
-    bucket.buffer.div_(world);
-    std::vector<at::Tensor> tensors{bucket.buffer};
+    bucket.buffer.div_(bucket.divisor);
     return backend->allreduce(tensors, c10d::AllreduceOptions{});
   };
 }
@@ -137,6 +138,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
                                                  Group group, DdpOptions options)
     : group_(std::move(group)), options_(options) {
   TORCH_CHECK(group_.backend, "DDP: the group has no backend; build it with make_group().");
+  divisor_ = group_.world_size;
   // Bad options fail here, on every rank alike, before the first collective.
   cap_bytes_ = bucket_cap_of(options_);
   if (options_.strategy == DdpStrategy::Bucketed && options_.first_bucket_mb >= 0)
@@ -327,16 +329,8 @@ void DistributedDataParallel::launch_ready_buckets_in_order() {
   // same collectives in the same order even if their backward passes finish buckets differently.
   schedule_.launch_ready_in_order([this](size_t index) {
     Bucket& b = buckets_[index];
-    GradBucket handoff;
-    handoff.index = index;
-    handoff.step = steps_done_;
-    handoff.buffer = b.buffer;
-    handoff.offsets = b.offsets;
-    handoff.lengths = b.lengths;
-    for (size_t i : b.variables) handoff.params.push_back(params_[i]);
-    b.work = comm_hook_(handoff);
-    TORCH_CHECK(b.work, "DDP: the comm hook returned no work handle for bucket ", index,
-                "; a hook must return the Work of the collective it started.");
+    GradBucket bucket = handoff(index, b.buffer);
+    b.work = run_comm_hook(bucket);
     step_.launch_order.push_back(index);
     if (!in_finish_) ++step_.launched_during_backward;
   });
@@ -344,33 +338,116 @@ void DistributedDataParallel::launch_ready_buckets_in_order() {
 
 // ---------------------------------------------------------------- finish
 
+GradBucket DistributedDataParallel::handoff(size_t index, const at::Tensor& buffer) const {
+  const Bucket& b = buckets_[index];
+  GradBucket bucket;
+  bucket.index = index;
+  bucket.count = buckets_.size();
+  bucket.step = steps_done_;
+  bucket.divisor = divisor_;
+  bucket.buffer = buffer;
+  bucket.offsets = b.offsets;
+  bucket.lengths = b.lengths;
+  for (size_t i : b.variables) bucket.params.push_back(params_[i]);
+  return bucket;
+}
+
+c10::intrusive_ptr<c10d::Work> DistributedDataParallel::run_comm_hook(GradBucket& bucket) {
+  auto work = comm_hook_(bucket);
+  TORCH_CHECK(work, "DDP: the comm hook returned no work handle for bucket ", bucket.index,
+              "; a hook must return the Work of the collective it started.");
+  return work;
+}
+
+// ---------------------------------------------------------------- finish
+
+void DistributedDataParallel::wait_buckets(std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  const std::string kind = user_hook_                                  ? "the comm hook's reduction"
+                           : options_.comm_dtype == CommDtype::Bf16 ? "bf16 all-reduce"
+                                                                    : "all-reduce";
+  try {
+    for (size_t b = 0; b < works.size(); ++b) {
+      wait_explained(works[b], group_, "ddp",
+                     kind + " of bucket " + std::to_string(b) + " of " + std::to_string(works.size()) + " (" +
+                         std::to_string(buckets_[b].variables.size()) + " parameters)",
+                     steps_done_);
+      works[b].reset();
+    }
+  } catch (...) {
+    for (auto& w : works) w.reset();  // nothing left for the destructor to wait for
+    throw;
+  }
+}
+
+void DistributedDataParallel::rebuild_once() {
+  const bool hooks = options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed;
+  if (hooks && options_.rebuild_from_ready_order && !rebuilt_) rebuild_buckets_from_ready_order();
+}
+
 void DistributedDataParallel::finish_gradient_synchronization() {
   in_finish_ = true;
   // Policies without hooks mark everything now; with hooks, only parameters that got no gradient
   // in this backward are still unmarked.
   schedule_.mark_remaining(params_, [this](size_t i) { mark_variable_ready(i); }, "DDP");
   publish_progress(group_, "ddp", steps_done_);
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    try {
-      wait_explained(buckets_[b].work, group_, "ddp",
-                     std::string(options_.comm_dtype == CommDtype::Bf16 ? "bf16 " : "") + "all-reduce of bucket " +
-                         std::to_string(b) + " of " + std::to_string(buckets_.size()) + " (" +
-                         std::to_string(buckets_[b].variables.size()) + " parameters)",
-                     steps_done_);
-    } catch (...) {
-      // Leave the object reusable: no pending work to wait for in the destructor, a fresh step.
-      in_finish_ = false;
-      for (auto& other : buckets_) other.work.reset();
-      reset_step();
-      throw;
-    }
-    buckets_[b].work.reset();
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& b : buckets_) works.push_back(std::move(b.work));
+  try {
+    wait_buckets(works);
+  } catch (...) {
+    // Leave the object reusable: a fresh step.
+    in_finish_ = false;
+    reset_step();
+    throw;
   }
   in_finish_ = false;
-  const bool hooks = options_.strategy == DdpStrategy::Overlap || options_.strategy == DdpStrategy::Bucketed;
-  if (hooks && options_.rebuild_from_ready_order && !rebuilt_) rebuild_buckets_from_ready_order();
+  rebuild_once();
   ++steps_done_;
   reset_step();
+}
+
+// Note [DDP join]
+// A rank whose data ran out while the others train on (ddp.join() in Python) stays in the join loop
+// and, for each synchronised backward of the others, calls shadow_gradient_synchronization: the same
+// hook calls on buffers of the same sizes, in the same bucket order, so every collective the others
+// start finds its match here. The buffers are zeros, so this rank adds nothing to the sum; what the
+// sum is divided by (the world size, or the ranks still training) is the divisor every rank of the step
+// agreed on (set_divisor). The rebuild after the first step is a broadcast too, so it is matched at the
+// same point as in finish. Counting the step keeps the fault reports' step numbers in line.
+void DistributedDataParallel::shadow_gradient_synchronization() {
+  TORCH_CHECK(!in_finish_ && step_.ready_order.empty(), "DDP (rank ", group_.rank, "): a joined rank shadows the "
+              "others' gradient synchronisation only between steps, but this rank has ", step_.ready_order.size(),
+              " gradients of an unfinished backward. Run no forward or backward after the rank's last batch "
+              "inside ddp.join().");
+  publish_progress(group_, "ddp", steps_done_);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GradBucket bucket = handoff(b, at::zeros_like(buckets_[b].buffer));
+    works.push_back(run_comm_hook(bucket));
+  }
+  wait_buckets(works);
+  rebuild_once();
+  ++steps_done_;
+  reset_step();
+}
+
+void DistributedDataParallel::register_comm_hook(CommHook hook) {
+  TORCH_CHECK(hook, "DDP: register_comm_hook got no hook.");
+  TORCH_CHECK(!user_hook_, "DDP (rank ", group_.rank, "): register_comm_hook was called a second time; a "
+              "communication hook can be registered only once (as with PyTorch's DDP). Make one hook that does "
+              "both jobs, or wrap the model anew.");
+  TORCH_CHECK(steps_done_ == 0 && step_.ready_order.empty(), "DDP (rank ", group_.rank, "): register_comm_hook "
+              "after ", steps_done_ + (step_.ready_order.empty() ? 0 : 1), " synchronised backward pass(es); register "
+              "the hook right after wrapping the model, before the first backward (as PyTorch's DDP requires), so "
+              "that every step's buckets go through it.");
+  comm_hook_ = std::move(hook);
+  user_hook_ = true;
+}
+
+void DistributedDataParallel::set_divisor(int64_t divisor) {
+  TORCH_CHECK(divisor >= 1 && divisor <= group_.world_size, "DDP: the gradient divisor must be between 1 and the "
+              "world size ", group_.world_size, ", got ", divisor, ".");
+  divisor_ = divisor;
 }
 
 int64_t DistributedDataParallel::payload_bytes_per_step() const {

@@ -55,15 +55,22 @@ struct DdpOptions {
 // .grad are views into it) plus where each parameter sits in it.
 struct GradBucket {
   size_t index = 0;
+  size_t count = 0;                      // buckets this step (index == count - 1: the last one)
   int64_t step = 0;                      // synchronised steps before this one
+  // What the default hooks divide the sum by: the world size, or, inside a join with
+  // divide_by_initial_world_size off, the ranks still training (set_divisor). A hook of the user's
+  // divides as it sees fit (PyTorch's hooks: by the group's size).
+  int64_t divisor = 1;
   at::Tensor buffer;                     // 1-D, contiguous, one dtype and device
   std::vector<int64_t> offsets, lengths; // in elements, one per parameter
   std::vector<at::Tensor> params;
 };
 // Starts the reduction of bucket.buffer in place and returns its work handle; finish waits on it.
-// After the wait the buffer must hold the cross-rank average. Called from the autograd thread.
+// After the wait the buffer must hold the cross-rank average. Called from the autograd thread
+// (or, for a rank that joined, from shadow_gradient_synchronization on the caller's).
 using CommHook = std::function<c10::intrusive_ptr<c10d::Work>(GradBucket&)>;
-// The default hook: divide by the world size, then all-reduce SUM (Gloo has no AVG).
+// The default hook: divide by bucket.divisor, then all-reduce SUM (Gloo has no AVG; NCCL's AVG when
+// the divisor is the world size).
 CommHook allreduce_average_hook(const Group& group);
 // PyTorch's bf16 compression hook, in C++: cast the bucket into a bf16 copy (kept per bucket across
 // steps), all-reduce SUM in bf16, then cast back into the fp32 bucket and divide by the world size
@@ -100,6 +107,22 @@ class DistributedDataParallel {
 
   // Replaces the default averaging all-reduce (e.g. to compress); call between steps only.
   void set_comm_hook(CommHook hook) { comm_hook_ = std::move(hook); }
+  // PyTorch's register_comm_hook contract: once, before the first synchronised backward (every
+  // bucket of every step then goes through `hook`, which must leave the average in the buffer: the
+  // reducer no longer divides). Throws naming the rule broken otherwise.
+  void register_comm_hook(CommHook hook);
+
+  // What the default hooks divide by (GradBucket::divisor); the world size unless set. A join with
+  // divide_by_initial_world_size off sets the number of ranks still training before each backward.
+  void set_divisor(int64_t divisor);
+  int64_t divisor() const { return divisor_; }
+
+  // For a rank that has run out of data inside a join (Note [DDP join]): issues the collectives one
+  // synchronised backward of the other ranks issues — the comm hook over every bucket, in order, on
+  // zero-filled copies (this rank contributes nothing), the bucket rebuild after the first step —
+  // and waits for them. The parameters' gradients are not touched. Called from the join loop with
+  // no backward running.
+  void shadow_gradient_synchronization();
 
   const std::vector<std::vector<size_t>>& bucket_assignment() const { return assignment_; }
   const std::vector<at::Tensor>& params() const { return params_; }
@@ -131,11 +154,18 @@ class DistributedDataParallel {
   void mark_variable_ready(size_t i);
   void launch_ready_buckets_in_order();
   void reset_step();
+  // The hand-off of bucket `index` over `buffer` (its own, or a zero-filled one for a joined rank).
+  GradBucket handoff(size_t index, const at::Tensor& buffer) const;
+  c10::intrusive_ptr<c10d::Work> run_comm_hook(GradBucket& bucket);
+  void wait_buckets(std::vector<c10::intrusive_ptr<c10d::Work>>& works);
+  void rebuild_once();
 
   std::vector<at::Tensor> params_;
   Group group_;
   DdpOptions options_;
   CommHook comm_hook_;
+  bool user_hook_ = false;                 // register_comm_hook ran
+  int64_t divisor_ = 1;
   std::vector<std::vector<size_t>> assignment_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;                // per parameter (unused when requires_grad is false)

@@ -2,11 +2,13 @@
 TCP on a free local port, runs `fn(rank, world_size, *args)`, and any rank's exception fails the
 test (torch.multiprocessing.spawn re-raises it with the rank's traceback). `fn` must be a
 module-level function of an importable module (the test files are: pytest puts their folder on
-sys.path, and spawned children inherit sys.path)."""
+sys.path, and spawned children inherit sys.path). With `timeout_s`, ranks still running after that
+long are killed and the test fails naming a hang, so a collective left unmatched cannot stall CI."""
 import datetime
 import os
 import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,5 +43,17 @@ def _entry(rank, fn, world_size, port, backend, args):
     os._exit(0)
 
 
-def spawn(fn, world_size=2, *args, backend="gloo"):
-    mp.spawn(_entry, args=(fn, world_size, free_port(), backend, args), nprocs=world_size, join=True)
+def spawn(fn, world_size=2, *args, backend="gloo", timeout_s=None):
+    entry_args = (fn, world_size, free_port(), backend, args)
+    if timeout_s is None:
+        mp.spawn(_entry, args=entry_args, nprocs=world_size, join=True)
+        return
+    ctx = mp.start_processes(_entry, args=entry_args, nprocs=world_size, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):  # raises when a rank failed
+        if time.monotonic() >= deadline:
+            running = [rank for rank, p in enumerate(ctx.processes) if p.is_alive()]
+            for rank in running:
+                ctx.processes[rank].kill()
+            raise TimeoutError(f"{fn.__name__}: rank(s) {running} still running after {timeout_s} s: a collective "
+                               "that the other ranks never matched (a hang); killed them")
