@@ -219,6 +219,7 @@ std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor&
   amax_buffer = torch::zeros({static_cast<int64_t>(operands.size())},
                              torch::TensorOptions().dtype(torch::kInt).device(lm_head->weight.device()));
   fp8_weight_histories = torch::Tensor();
+  fp8_cached_weights.clear();
   const auto params = parameters();
   if (delayed && !operands.empty())
     fp8_weight_histories = ops::new_fp8_histories(std::vector<torch::ScalarType>(operands.size(), torch::kFloat8_e4m3fn),
@@ -236,6 +237,7 @@ std::vector<DerivedWeights> TransformerLMImpl::attach_fp8_weights(torch::Tensor&
     }
     auto history = fp8_weight_histories[static_cast<int64_t>(i)];
     auto seeded = std::make_shared<bool>(false);
+    fp8_cached_weights.push_back({holder, seeded});
     // Each param's rows of the row-major FP8 weight: the params stack by rows in the order given
     // (packed q, k, v as in the bf16 block), so their bytes are consecutive slices of the flat weight.
     std::vector<torch::Tensor> rows;

@@ -7,6 +7,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +123,15 @@ class TransformerLMImpl : public torch::nn::Module {
   // The weights' histories under delayed scaling (attach_fp8_weights), rolled by their refresh after
   // each update, not by roll_fp8_histories (the update may run under the backward, before that roll).
   torch::Tensor fp8_weight_histories;
+  // Row k of fp8_weight_histories belongs to the cached FP8 weight of fp8_cached_weights[k]: the Linear
+  // holding it (weight_fp8) and whether its history is seeded (false until its first update; shared with
+  // the refresh that reads it). With the histories, what a checkpoint keeps of delayed scaling
+  // (train_app/fp8_checkpoint.h). Filled by attach_fp8_weights under delayed scaling, empty otherwise.
+  struct Fp8CachedWeight {
+    LinearImpl* holder = nullptr;
+    std::shared_ptr<bool> seeded;
+  };
+  std::vector<Fp8CachedWeight> fp8_cached_weights;
   bool fused_norms = false;
   Embedding token_embeddings{nullptr};
   torch::nn::ModuleList layers;

@@ -20,6 +20,7 @@
 #include <torch/nn/module.h>
 
 #include "core/sha256.h"
+#include "train_app/fp8_checkpoint.h"
 #include "train_app/safetensors.h"
 
 namespace lmscale {
@@ -181,6 +182,10 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
                        {"loss_sum", state.loss_sum.defined() ? state.loss_sum.to(at::kFloat) : at::zeros({}, at::kFloat)}};
   if (device.is_cuda()) trainer.emplace_back("rng.device", rng_state(device));
   record("trainer.safetensors", write_safetensors((tmp / "trainer.safetensors").string(), trainer));
+  // Delayed FP8 scaling's histories and cached FP8 weights: without them a resumed run would start every
+  // scale afresh and part from the uninterrupted run (fp8_checkpoint.h).
+  const NamedTensors fp8 = fp8_state_tensors(step.model());
+  if (!fp8.empty()) record("fp8.safetensors", write_safetensors((tmp / "fp8.safetensors").string(), fp8));
   if (!o.tokenizer_path.empty()) {
     fs::copy_file(o.tokenizer_path, tmp / "tokenizer.json", fs::copy_options::overwrite_existing);
     sync_path(tmp / "tokenizer.json");
@@ -189,7 +194,7 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
 
   const ModelConfig& m = step.setup().model;
   const AdamWOptions& a = step.setup().adamw;
-  const Json manifest = {
+  Json manifest = {
       {"format", kFormat},
       {"version", kVersion},
       {"step", state.step},
@@ -208,6 +213,10 @@ std::string save_checkpoint(const CheckpointOptions& o, TrainingStep& step, cons
       {"commit", run_info().commit},
       {"date", run_info().date},
       {"files", files}};
+  if (!fp8.empty())
+    manifest["fp8"] = {{"scaling", "delayed"},
+                       {"tensors", "fp8.safetensors: fp8.histories (+ .seeded), fp8.weight_histories, "
+                                   "fp8.weight.<k>.data / .inv_scale / .seeded per cached FP8 weight"}};
   write_synced(tmp / kManifest, manifest.dump(1) + "\n");
   sync_path(tmp);
 
@@ -297,6 +306,14 @@ TrainerState load_checkpoint(const CheckpointInfo& c, TrainingStep& step) {
   const fs::path dir(c.path);
   copy_weights(read_safetensors((dir / "model.safetensors").string()), step.model(), "model.safetensors");
   step.resync_weight_copies();  // the weights moved under the bf16 copies the GEMMs read
+  if (has_fp8_state(step.model())) {  // after the resync, which set the FP8 weights and histories up afresh
+    TORCH_CHECK(c.manifest.at("files").contains("fp8.safetensors"), "checkpoint ", c.path, " holds no FP8 "
+                "delayed-scaling state (fp8.safetensors: the amax histories and the cached FP8 weights), which this "
+                "run (--precision fp8, delayed scaling) needs to continue as the uninterrupted run would; it was "
+                "written by an lmscale that did not save that state. Train from the start without --resume (resuming "
+                "would restart every scale and part from the uninterrupted run).");
+    load_fp8_state(read_safetensors((dir / "fp8.safetensors").string()), step.model(), "fp8.safetensors");
+  }
   const SafetensorsContents opt = read_safetensors((dir / "optimizer.safetensors").string());
   const int64_t steps = static_cast<int64_t>(need(opt, "step", "optimizer.safetensors").item<float>());
   if (steps > 0) {

@@ -2,7 +2,8 @@
 // <dir>/step-NNNNNNNN, holding the model (model.safetensors, in the PyTorch reference's tensor names, so
 // `safetensors.torch.load_file` + `load_state_dict` loads it into python/lmscale/baseline/e2e.py's LM),
 // AdamW's state (optimizer.safetensors: both moments, the step count), the trainer's (trainer.safetensors:
-// the RNG states and the training-loss sum since the last evaluation), the corpus's tokenizer.json when
+// the RNG states and the training-loss sum since the last evaluation), under delayed FP8 scaling its
+// histories and cached FP8 weights (fp8.safetensors, fp8_checkpoint.h), the corpus's tokenizer.json when
 // it has one, and manifest.json (the run's config, step, corpus and tokenizer identity, commit, every
 // file with its size and SHA-256), written last. Written atomically (Note [atomic checkpoint]).
 // Which step to save, and when to stop, is the trainer's (trainer.h); which run a folder is, train_run's.

@@ -17,49 +17,23 @@
 #include "ops/fp8_gemm.h"
 #include "ops/fp8_quantize.h"
 #include "train/graphed_step.h"
+#include "support/fp8_step.h"
 #include "train/training_step.h"
 
 namespace lmscale {
-namespace {
 
-bool hopper() { return torch::cuda::is_available() && ops::fp8_unsupported_reason(torch::Device(torch::kCUDA)).empty(); }
-
-StepSetup setup(c10::ScalarType precision) {
-  StepSetup s;
-  s.model = model_config("tiny");
-  s.model.d_model = 128;
-  s.model.num_heads = 4;
-  s.model.d_ff = 320;
-  s.model.vocab_size = 1024;
-  s.model.context_length = 64;
-  s.model.attention = AttentionBackend::Flash;
-  s.context = 64;
-  s.batch = 4;
-  s.precision = precision;
-  s.fp8.min_dim = 0;
-  s.device = torch::Device(torch::kCUDA);
-  return s;
-}
-
-std::vector<double> losses(TrainingStep& step, int n) {
-  std::vector<double> out;
-  for (int i = 0; i < n; ++i) {
-    step.run(StepMode::TrainStep);
-    out.push_back(step.last_loss().item<double>());
-  }
-  return out;
-}
-
-}  // namespace
+using testing::fp8_step_setup;
+using testing::hopper;
+using testing::step_losses;
 
 TEST(Fp8Step, TenStepsTrackTheBf16Step) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-  TrainingStep fp8(setup(torch::kFloat8_e4m3fn)), bf16(setup(torch::kBFloat16));
+  TrainingStep fp8(fp8_step_setup(torch::kFloat8_e4m3fn)), bf16(fp8_step_setup(torch::kBFloat16));
   int marked = 0;
   for (auto& m : fp8.model()->modules(false))
     if (auto* lin = m->as<LinearImpl>()) marked += lin->fp8;
   EXPECT_EQ(marked, 2 * 7) << "every block Linear, not the LM head";
-  auto a = losses(fp8, 10), b = losses(bf16, 10);
+  auto a = step_losses(fp8, 10), b = step_losses(bf16, 10);
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(std::isfinite(a[i])) << "step " << i;
     EXPECT_LT(std::abs(a[i] - b[i]) / b[i], 2e-2) << "step " << i << ": fp8 " << a[i] << " bf16 " << b[i];
@@ -70,13 +44,13 @@ TEST(Fp8Step, TenStepsTrackTheBf16Step) {
 TEST(Fp8Step, GraphReplayTracksTheEagerStep) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
   for (auto scaling : {Fp8Scaling::kDynamic, Fp8Scaling::kDelayed}) {
-    auto s = setup(torch::kFloat8_e4m3fn);
+    auto s = fp8_step_setup(torch::kFloat8_e4m3fn);
     s.fp8.scaling = scaling;
     TrainingStep graphed(s), eager(s);
     std::string note;
     auto graph = try_capture(graphed, StepMode::TrainStep, note);
     ASSERT_NE(graph, nullptr) << note;
-    losses(eager, 3);  // the capture's warm-up ran three steps
+    step_losses(eager, 3);  // the capture's warm-up ran three steps
     for (int i = 0; i < 5; ++i) {
       graph->replay();
       eager.run(StepMode::TrainStep);
@@ -99,7 +73,7 @@ TEST(Fp8Step, DelayedScalingTracksDynamicScaling) {
   // the losses follow the dynamic step's within the stated bound, and the histories hold one row per
   // fused operand (6 per block: the X of QKV, of W1/W3 and of W2; the dY of W1, W3 and QKV).
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-  auto s = setup(torch::kFloat8_e4m3fn);
+  auto s = fp8_step_setup(torch::kFloat8_e4m3fn);
   s.fp8.scaling = Fp8Scaling::kDynamic;
   TrainingStep dynamic(s);
   s.fp8.scaling = Fp8Scaling::kDelayed;
@@ -107,7 +81,7 @@ TEST(Fp8Step, DelayedScalingTracksDynamicScaling) {
   EXPECT_FALSE(dynamic.model()->fp8_histories.defined());
   ASSERT_TRUE(delayed.model()->fp8_histories.defined());
   EXPECT_EQ(delayed.model()->fp8_histories.size(0), 6 * s.model.num_layers);
-  auto a = losses(delayed, 10), b = losses(dynamic, 10);
+  auto a = step_losses(delayed, 10), b = step_losses(dynamic, 10);
   EXPECT_EQ(a[0], b[0]) << "the first step runs the dynamic path";
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(std::isfinite(a[i])) << "step " << i;
@@ -124,12 +98,12 @@ TEST(Fp8Step, CachedWeightsAreTheWeightsCastInEveryForward) {
   // The AdamW kernel's amax of the bf16 copy is the amax kernel's: the same scale, the same FP8
   // bytes, so the step with cached weights is bit-identical to the one that casts in the forward.
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-  auto s = setup(torch::kFloat8_e4m3fn);
+  auto s = fp8_step_setup(torch::kFloat8_e4m3fn);
   s.fp8.scaling = Fp8Scaling::kDynamic;  // delayed: AdamW writes the weights with the history's scale
   TrainingStep cached(s);
   s.fp8.cached_weights = false;
   TrainingStep casting(s);
-  auto a = losses(cached, 5), b = losses(casting, 5);
+  auto a = step_losses(cached, 5), b = step_losses(casting, 5);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   int checked = 0;
   for (auto& m : cached.model()->modules(false))
@@ -155,7 +129,7 @@ TEST(Fp8Step, ProducerAmaxIsBitIdenticalToTheSeparatePass) {
   // (Fp8Layers::producer_amax): the same amax bits as fp8_amax_kernel's pass, so the same scales, FP8
   // bytes, losses and parameters; and one step runs only the attention output's amax pass per block.
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-  auto s = setup(torch::kFloat8_e4m3fn);
+  auto s = fp8_step_setup(torch::kFloat8_e4m3fn);
   s.fp8.scaling = Fp8Scaling::kDynamic;  // delayed scaling quantizes with other scales: not bit-identical
   TrainingStep fused(s);
   s.fp8.producer_amax = false;
@@ -171,8 +145,8 @@ TEST(Fp8Step, ProducerAmaxIsBitIdenticalToTheSeparatePass) {
   EXPECT_EQ(casts_in_one_step(separate), 9 * L);
   EXPECT_EQ(casts_in_one_step(fused), L) << "only the attention output's cast takes its own amax";
   std::vector<double> a = {fused.last_loss().item<double>()}, b = {separate.last_loss().item<double>()};
-  for (double l : losses(fused, 4)) a.push_back(l);
-  for (double l : losses(separate, 4)) b.push_back(l);
+  for (double l : step_losses(fused, 4)) a.push_back(l);
+  for (double l : step_losses(separate, 4)) b.push_back(l);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
   const auto pa = fused.model()->parameters(), pb = separate.model()->parameters();
   ASSERT_EQ(pa.size(), pb.size());
@@ -181,7 +155,7 @@ TEST(Fp8Step, ProducerAmaxIsBitIdenticalToTheSeparatePass) {
 
 TEST(Fp8Step, MinDimKeepsSmallLayersInBf16) {
   if (!hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-  auto s = setup(torch::kFloat8_e4m3fn);
+  auto s = fp8_step_setup(torch::kFloat8_e4m3fn);
   s.fp8.min_dim = 256;  // d_model 128: every layer has a dim below it
   TrainingStep step(s);
   for (auto& m : step.model()->modules(false))
