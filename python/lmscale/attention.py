@@ -91,17 +91,23 @@ def _check_fake_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Non
                          f"{v.device}")
 
 
-# Both devices return contiguous O and L (the C++ ops guarantee it), so the fakes do too.
+def _output_like(q: torch.Tensor) -> torch.Tensor:
+    """O as both devices lay it out (Note [output layout], src/ops/flash_attention.cpp): a 4-D O in q's order of
+    dimensions, dense, as torch.empty_like gives it; any other rank contiguous."""
+    return torch.empty_like(q) if q.dim() == 4 else q.new_empty(q.shape)
+
+
+# The fakes give the C++ ops' layouts: O by _output_like, L contiguous.
 @torch.library.register_fake("lmscale::flash_attention_forward")
 def _forward_fake(q, k, v, is_causal=False, **_mask):
     _check_fake_inputs(q, k, v)
-    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=_logsumexp_dtype(q))
+    return _output_like(q), q.new_empty(q.shape[:-1], dtype=_logsumexp_dtype(q))
 
 
 @torch.library.register_fake("lmscale::flash_attention")
 def _attention_fake(q, k, v, is_causal=False, **_mask):
     _check_fake_inputs(q, k, v)
-    return q.new_empty(q.shape)
+    return _output_like(q)
 
 
 @torch.library.register_fake("lmscale::flash_attention_backward")

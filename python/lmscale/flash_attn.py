@@ -68,8 +68,8 @@ def _dense(fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     # The op's layout is (B, H, N, D): a transposed view, no copy (the kernels take any row stride).
     out, lse = _forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, scale=softmax_scale,
                            bottom_right=True, deterministic=deterministic, **_window(fn, window_size))
-    # flash-attn returns O contiguous in (B, N, H, D). TODO(issue 40, kernels): have the kernels write O in
-    # q's layout (FlashParams carries O's strides) and drop this copy.
+    # flash-attn returns O contiguous in (B, N, H, D). The op lays O out in q's order of dimensions, so for a
+    # contiguous q this is a view (.contiguous() copies only for other q layouts).
     return _result(out.transpose(1, 2).contiguous(), lse, return_attn_probs)
 
 

@@ -89,6 +89,20 @@ void check_like(const char* name, const at::Tensor& t, const at::Tensor& like, a
               "; got ", t.device());
 }
 
+// Note [output layout]. A 4-D O takes q's order of dimensions, dense (at::empty_like: q's strides when q is dense,
+// else dense strides in q's stride order), as SDPA's outputs do: for the (B, H, N, D) views of (B, N, H, D) tensors
+// that a model's projections give (and flash-attn's layout), O is such a view too, and the (B, N, H * D) rows the
+// output projection reads are a free reshape instead of a copy per layer. Other ranks are contiguous.
+at::Tensor output_like(const at::Tensor& q) { return at::empty_like(q, at::MemoryFormat::Preserve); }
+
+// t (q's shape) in output_like(q)'s layout: t itself when it already is, else a copy.
+at::Tensor in_layout_of(const at::Tensor& t, const at::Tensor& q) {
+  auto out = at::empty_like(q, t.options(), at::MemoryFormat::Preserve);
+  if (out.strides() == t.strides()) return t;
+  out.copy_(t);
+  return out;
+}
+
 #ifdef LMSCALE_HAS_KERNELS
 // (..., N, D) -> (B, H, N, D) with H = size(-3) (1 for 2-D input): a view for the usual (B, H, T, D)
 // tensors, even transposed ones (4-D ones as they are: a reshape is a dispatcher call and a new tensor,
@@ -162,12 +176,14 @@ std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at:
   check_kernels_run_on(q.device());  // names the GPU and the fix instead of "no kernel image"
   c10::cuda::CUDAGuard guard(q.device());
   auto q4 = as_bhnd(q), k4 = as_bhnd(k), v4 = as_bhnd(v);
-  auto o4 = at::empty(q4.sizes(), q4.options());
+  auto o4 = q.dim() == 4 ? output_like(q4) : at::empty(q4.sizes(), q4.options());
   auto L3 = at::empty({q4.size(0), q4.size(1), q4.size(2)}, q4.options().dtype(at::kFloat));
   auto p = make_params(q4, k4, v4, scale);
   set_dense_shape(p, q4, k4, v4, mask);
   p.o = o4.data_ptr();
   p.lse = L3.data_ptr<float>();
+  auto tile_counter = at::empty({1}, q4.options().dtype(at::kInt));  // the Hopper forward's tile order
+  p.fwd_tile_counter = tile_counter.data_ptr<int>();
   LMSCALE_SET_STRIDES(p, o, o4);
   if (o4.numel() > 0) kernels::run_flash_fwd(p, at::cuda::getCurrentCUDAStream().stream());
   if (q.dim() == 4) return {o4, L3};  // already q's shape and (B, H, N)
@@ -316,6 +332,8 @@ std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, co
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
   p.o = o3.data_ptr();
   p.lse = L2.data_ptr<float>();
+  auto tile_counter = at::empty({1}, q3.options().dtype(at::kInt));  // the Hopper forward's tile order
+  p.fwd_tile_counter = tile_counter.data_ptr<int>();
   LMSCALE_SET_PACKED_STRIDES(p, o, o3);
   kernels::run_flash_fwd(p, at::cuda::getCurrentCUDAStream().stream());
   return {o3, L2};
@@ -566,9 +584,10 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_forward(const at::Tensor& q, 
                                                           std::optional<double> scale) {
   check_qkv(q, k, v);
   if (!use_kernel(q)) {
-    // Contiguous like the kernels' outputs, so one fake (meta) implementation describes both devices.
+    // O laid out as the kernels write it (output_like) and L contiguous, so one fake (meta) implementation
+    // describes both devices.
     auto [o, L] = flash_reference_forward(q, k, v, mask, scale);
-    return {o.contiguous(), L.contiguous()};
+    return {q.dim() == 4 ? in_layout_of(o, q) : o.contiguous(), L.contiguous()};
   }
 #ifdef LMSCALE_HAS_KERNELS
   return kernel_forward(q, k, v, mask, scale_or_default(q, scale));

@@ -286,6 +286,28 @@ def test_opcheck_mask_arguments_and_varlen_ops(dtype):
                           (qp.detach(), kp, kp, o, L, torch.randn_like(o), cu_q, cu_k, 16, 17, True), mask)
 
 
+def test_output_takes_q_order_of_dimensions():
+    """O of a (B, H, N, D) view of a (B, N, H, D) tensor is such a view (Note [output layout], flash_attention.cpp),
+    so flash_attn_func's out needs no copy and a model's (B, N, H * D) rows are a free reshape; q sliced from a packed
+    (B, N, 3, H, D) projection gives O dense in the same order; opcheck holds the fake to the real strides."""
+    ops = torch.ops.lmscale
+    q, k, v = (torch.randn(2, 7, 3, 16, dtype=torch.float32) for _ in range(3))  # (B, N, H, D)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    o, _ = ops.flash_attention_forward(qt, kt, vt, True)
+    assert o.stride() == qt.stride() and o.transpose(1, 2).is_contiguous()
+    out = flash_attn_func(q, k, v, causal=True)
+    assert out.is_contiguous() and out._is_view()  # the op's O, transposed back: no copy was made
+    torch.testing.assert_close(out, o.transpose(1, 2), rtol=0, atol=0)
+    qkv = torch.randn(2, 7, 3, 3, 16, dtype=torch.float32)
+    qs, ks, vs = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    o2 = ops.flash_attention(qs, ks, vs, True)
+    assert o2.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(o2, ops.flash_attention(qs.contiguous(), ks.contiguous(), vs.contiguous(), True),
+                               rtol=0, atol=0)
+    torch.library.opcheck(ops.flash_attention_forward.default, (qt.requires_grad_(), kt, vt, True))
+    torch.library.opcheck(ops.flash_attention.default, (qs, ks, vs, True))
+
+
 # ---------------------------------------------------------------- SDPA's causal biases
 @pytest.mark.parametrize("nq,nk", [(5, 12), (12, 12), (1, 9)])
 def test_sdpa_causal_lower_right_accepted_like_sdpa(nq, nk):
