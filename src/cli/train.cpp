@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "results/writer.h"
 #include "train_app/corpus.h"
+#include "train_app/packing.h"
 #include "train_app/train_reference.h"
 #include "train_app/train_run.h"
 
@@ -28,7 +29,7 @@ struct TrainArgs {
   int64_t steps = 1000, eval_every = 100, eval_batches = 8, lr_warmup = -1;
   double lr = 1e-3, lr_min = -1, clip = 1.0;
   uint64_t seed = 0;
-  bool resume = false;
+  bool resume = false, pack = false;
   int64_t save_every = 0, stop_at = 0, keep_checkpoints = 2;
 };
 
@@ -68,6 +69,8 @@ void run(TrainArgs a, const CLI::App& app) {
   o.base.lr.total = a.steps;
   o.base.clip = a.clip;
   o.base.data_seed = a.seed;
+  o.base.pack = a.pack;
+  if (a.pack) check_as_usage([&] { o.base.end_of_file_id = pack_end_of_file_id(a.train_file); });
   o.precisions = st.precision;
   o.impls = st.impl;
   o.out = a.out;
@@ -130,6 +133,9 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
   app.add_option("--corpus", a->corpus, "folder holding train.bin and val.bin (from `lmscale train corpus`)");
   app.add_option("--train-file", a->train_file, "training token file (uint16 ids; overrides --corpus)");
   app.add_option("--val-file", a->val_file, "validation token file (uint16 ids; overrides --corpus)");
+  app.add_flag("--pack", a->pack,
+               "cut every context at the corpus's end-of-file ids (corpus.json) and keep attention within each "
+               "document; the loss stays on every token (docs/training.md, Packing documents)");
   app.add_option("--steps", a->steps, "optimizer updates")->check(whole_in(1, kMaxSteps))->capture_default_str();
   app.add_option("--eval-every", a->eval_every, "validation loss every K steps (and at 0 and the end)")
       ->check(whole_in(1, kMaxSteps))->capture_default_str();
@@ -163,6 +169,7 @@ LMSCALE_SUBCOMMAND("", "train", "train the model on a token file; record trainin
              "  lmscale train corpus --tokenizer bpe --vocab 10000 --out data/pystdlib-bpe\n"
              "  lmscale train --corpus data/pystdlib --steps 2000 --eval-every 100 --impl lmscale,torch-eager\n"
              "  lmscale train --corpus data/pystdlib --device cpu --size tiny --context 64 --steps 200\n"
+             "  lmscale train --corpus data/pystdlib --pack --steps 2000   # attention within each file\n"
              "  lmscale train --config run.toml --steps 4000   # the file's options, --steps from the command line\n"
              "  lmscale sample --checkpoint results/checkpoints/lmscale-fp32 --prompt 'def main('");
 

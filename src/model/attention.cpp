@@ -4,7 +4,9 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autocast.h"
 #include "core/nvtx.h"
@@ -14,13 +16,44 @@
 
 namespace lmscale {
 
-torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
+PackedSegments packed_segments(const std::vector<int32_t>& cu_seqlens, int64_t rows, int64_t T, c10::Device device) {
+  TORCH_CHECK(cu_seqlens.size() >= 2 && cu_seqlens.front() == 0 && cu_seqlens.back() == rows * T,
+              "packed segments: the offsets must run from 0 to rows × T = ", rows * T, ", got ", cu_seqlens.size(),
+              " offsets ending at ", cu_seqlens.empty() ? 0 : cu_seqlens.back());
+  PackedSegments s;
+  int64_t row = 0;
+  for (size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
+    const int64_t begin = cu_seqlens[i], end = cu_seqlens[i + 1];
+    TORCH_CHECK(begin < end, "packed segments: offset ", i + 1, " (", end, ") does not pass offset ", i, " (", begin,
+                "): every segment holds a token");
+    if (begin == row * T) ++row;  // this segment starts row `row - 1`
+    TORCH_CHECK(end <= row * T, "packed segments: segment ", i, " [", begin, ", ", end, ") crosses the end of row ",
+                row - 1, " at ", row * T, ": every row must start a segment");
+    s.max_seqlen = std::max(s.max_seqlen, end - begin);
+  }
+  s.cu_seqlens = torch::tensor(cu_seqlens, torch::kInt).to(device);
+  return s;
+}
+
+torch::Tensor segment_causal_mask(const PackedSegments& segments, int64_t B, int64_t T) {
+  const auto& cu = segments.cu_seqlens;
+  // The segment of each position: the last offset at or before it.
+  const auto positions = torch::arange(B * T, cu.options());
+  const auto id = (torch::searchsorted(cu, positions, /*out_int32=*/false, /*right=*/true) - 1).view({B, T});
+  const auto causal = torch::ones({T, T}, cu.options().dtype(torch::kBool)).tril();
+  return (id.unsqueeze(2) == id.unsqueeze(1)).logical_and_(causal).unsqueeze(1);  // (B, 1, T, T)
+}
+
+torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                              const torch::Tensor& sees) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   torch::Tensor scores;
   {
     ScopedRange r("attention/scores");
     scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, Tq, Tk)
-    if (causal) {
+    if (sees.defined()) {
+      scores = scores.masked_fill(sees.logical_not(), -std::numeric_limits<float>::infinity());
+    } else if (causal) {
       const int64_t Tq = q.size(-2), Tk = k.size(-2);
       // Query i sees keys j <= i (bottom-right aligned when Tq == Tk).
       auto mask = torch::ones({Tq, Tk}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
@@ -39,8 +72,37 @@ torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k, co
   return torch::matmul(probs.to(v.scalar_type()), v);
 }
 
+namespace {
+
+// The packed rows' attention (attention_core with segments). q, k, v (B, H, T, D) → (B, H, T, D).
+torch::Tensor segmented_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                  AttentionBackend backend, const PackedSegments& segments) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  TORCH_CHECK(segments.cu_seqlens.scalar_type() == torch::kInt && segments.cu_seqlens.dim() == 1 &&
+                  segments.cu_seqlens.device() == q.device(),
+              "packed segments: cu_seqlens must be int32 (S + 1,) on ", q.device(), ", got ",
+              segments.cu_seqlens.scalar_type(), " ", segments.cu_seqlens.sizes(), " on ", segments.cu_seqlens.device());
+  if (backend == AttentionBackend::Flash) {
+    // (B, H, T, D) → (B·T, H, D): the rows back to back, as the varlen op takes them (each row's
+    // segments are sequences of their own, so no padding). Autocast does not know the op: one dtype.
+    auto packed = [&](const torch::Tensor& t) { return cast_for_autocast(t).transpose(1, 2).reshape({B * T, H, D}); };
+    ops::FlashMask mask;
+    mask.causal = causal;
+    const auto o = ops::flash_attention_varlen(packed(q), packed(k), packed(v), segments.cu_seqlens,
+                                               segments.cu_seqlens, segments.max_seqlen, segments.max_seqlen, mask);
+    return o.view({B, T, H, D}).transpose(1, 2);
+  }
+  TORCH_CHECK(causal, "packed segments: the dense cores apply block-diagonal causal attention only");
+  const auto sees = segment_causal_mask(segments, B, T);
+  if (backend == AttentionBackend::Sdpa) return at::scaled_dot_product_attention(q, k, v, sees, 0.0, false);
+  return naive_attention(q, k, v, causal, sees);
+}
+
+}  // namespace
+
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                             AttentionBackend backend) {
+                             AttentionBackend backend, const PackedSegments& segments) {
+  if (segments.defined()) return segmented_attention(q, k, v, causal, backend, segments);
   switch (backend) {
     case AttentionBackend::Naive: return naive_attention(q, k, v, causal);
     case AttentionBackend::Sdpa: return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
@@ -120,7 +182,7 @@ torch::Tensor CausalSelfAttentionImpl::packed_bf16_copy() const {
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const ops::Fp8AmaxSlot& x_amax,
-                                               const ops::Fp8AmaxSlot& dy_amax) {
+                                               const ops::Fp8AmaxSlot& dy_amax, const PackedSegments& segments) {
   ScopedRange range("attention");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads, D = C / H;
   // (B, T, C) → (B, T, H, D) → (B, H, T, D): heads split from the last dim.
@@ -163,7 +225,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const ops
     k = rope(split(k_proj(xc)));
     v = split(v_proj(xc));
   }
-  auto o = attention_core(q, k, v, /*causal=*/true, backend);  // (B, H, T, D)
+  auto o = attention_core(q, k, v, /*causal=*/true, backend, segments);  // (B, H, T, D)
   auto o_rows = o.transpose(1, 2).reshape({B, T, C});
   // O's amax stays a pass of the cast: the attention kernels do not take it.
   if (dy_amax && output_proj->uses_fp8(o_rows)) return output_proj->forward_fp8(o_rows, nullptr, dy_amax);

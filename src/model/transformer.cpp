@@ -18,22 +18,23 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelConfig& cfg) {
   ffn = register_module("ffn", SwiGLU(cfg.d_model, cfg.d_ff));
 }
 
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn(ln1(x));
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const PackedSegments& segments) {
+  auto h = x + attn->forward(ln1(x), {}, {}, segments);
   ScopedRange r("ffn");
   return h + ffn(ln2(h));
 }
 
 std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::forward_fused_norms(const torch::Tensor& x,
                                                                                 const torch::Tensor& delta,
-                                                                                ops::Fp8AmaxSlot* delta_dy_amax) {
+                                                                                ops::Fp8AmaxSlot* delta_dy_amax,
+                                                                                const PackedSegments& segments) {
   // FP8 amax slots (undefined for bf16 layers): each producer records the amax of an operand it
   // writes, for the cast of the GEMM that reads it. Forward: y1 (QKV's X), y2 (W1/W3's X). Backward:
   // the gradient of attn's output (out_proj's dY, written by ln2) and of this block's delta.
   const auto y1_amax = attn->q_proj->fp8_amax_slot(Fp8Operand::kInput), y2_amax = ffn->w1->fp8_amax_slot(Fp8Operand::kInput);
   const auto attn_dy_amax = attn->output_proj->fp8_amax_slot();
   auto [x1, y1] = ln1->add_forward(x, delta, y1_amax, delta_dy_amax ? *delta_dy_amax : ops::Fp8AmaxSlot());
-  auto [h, y2] = ln2->add_forward(x1, attn(y1, y1_amax, attn_dy_amax), y2_amax, attn_dy_amax);
+  auto [h, y2] = ln2->add_forward(x1, attn(y1, y1_amax, attn_dy_amax, segments), y2_amax, attn_dy_amax);
   ScopedRange r("ffn");
   const auto ffn_dy_amax = ffn->w2->fp8_amax_slot();
   if (delta_dy_amax) *delta_dy_amax = ffn_dy_amax;
@@ -49,7 +50,7 @@ TransformerLMImpl::TransformerLMImpl(const ModelConfig& cfg) : config(cfg) {
   lm_head = register_module("lm_head", Linear(cfg.d_model, cfg.vocab_size));
 }
 
-torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens, const PackedSegments& segments) {
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kLong,
               "tokens must be int64 of shape (batch, seq), got ", tokens.scalar_type(), " ", tokens.sizes());
   TORCH_CHECK(tokens.size(1) <= config.context_length, "sequence length ", tokens.size(1),
@@ -66,14 +67,14 @@ torch::Tensor TransformerLMImpl::forward(const torch::Tensor& tokens) {
     ops::Fp8AmaxSlot delta_dy_amax;  // the slot for delta's gradient amax, which the next norm writes
     for (int64_t i = 0; i < L; ++i) {
       stage(i + 1);
-      std::tie(x, delta) = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward_fused_norms(x, delta, &delta_dy_amax);
+      std::tie(x, delta) = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward_fused_norms(x, delta, &delta_dy_amax, segments);
     }
     stage(L + 1);
     return lm_head(ln_final->add_forward(x, delta, {}, delta_dy_amax).second);
   }
   for (int64_t i = 0; i < L; ++i) {
     stage(i + 1);
-    x = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward(x);
+    x = layers[static_cast<size_t>(i)]->as<TransformerBlock>()->forward(x, segments);
   }
   stage(L + 1);
   return lm_head(ln_final(x));

@@ -61,7 +61,8 @@ struct Fp8Layers {
 class TransformerBlockImpl : public torch::nn::Module {
  public:
   explicit TransformerBlockImpl(const ModelConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) → (B, T, C)
+  // (B, T, C) → (B, T, C); `segments`: the packed rows' documents (attention.h), undefined for none.
+  torch::Tensor forward(const torch::Tensor& x, const PackedSegments& segments = {});
   // The same block with each residual add fused into the RMSNorm that reads its sum: the input is
   // x + delta (delta undefined: x), the output (h, f) with h + f the block's output, the add left to
   // the next norm (the next block's ln1, or ln_final).
@@ -69,7 +70,8 @@ class TransformerBlockImpl : public torch::nn::Module {
   // block to block: on entry the slot of the incoming delta (its gradient is written by ln1's backward,
   // for the previous block's W2), on return that of the returned f (this block's W2 output).
   std::pair<torch::Tensor, torch::Tensor> forward_fused_norms(const torch::Tensor& x, const torch::Tensor& delta,
-                                                              ops::Fp8AmaxSlot* delta_dy_amax = nullptr);
+                                                              ops::Fp8AmaxSlot* delta_dy_amax = nullptr,
+                                                              const PackedSegments& segments = {});
   RMSNorm ln1{nullptr}, ln2{nullptr};
   CausalSelfAttention attn{nullptr};
   SwiGLU ffn{nullptr};
@@ -79,7 +81,9 @@ TORCH_MODULE(TransformerBlock);
 class TransformerLMImpl : public torch::nn::Module {
  public:
   explicit TransformerLMImpl(const ModelConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 → logits (B, T, V)
+  // (B, T) int64 → logits (B, T, V). `segments` (attention.h): rows packed with documents, attention
+  // kept within each; undefined (the default): one causal sequence per row.
+  torch::Tensor forward(const torch::Tensor& tokens, const PackedSegments& segments = {});
   // Every block's q, k, v weights as one [3C, C] GEMM operand (CausalSelfAttentionImpl::pack_qkv).
   void pack_qkv();
   // Every block's QKV split + RoPE as one kernel (CausalSelfAttentionImpl::fused_rope; needs pack_qkv).

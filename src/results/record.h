@@ -113,6 +113,7 @@ inline constexpr char fp8_scaling[] = "fp8_scaling";  // Fp8Layers::scaling of a
 inline constexpr char train_tokens[] = "train_tokens";
 inline constexpr char val_tokens[] = "val_tokens";
 inline constexpr char corpus_hash[] = "corpus_hash";  // token_file.h's content hash of train then val
+inline constexpr char pack[] = "pack";                // true: --pack, attention within each document
 inline constexpr char elapsed_s[] = "elapsed_s";
 inline constexpr char torch_attention[] = "torch_attention";
 }  // namespace field

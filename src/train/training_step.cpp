@@ -139,7 +139,7 @@ void TrainingStep::forward(StepMode mode) {
   std::optional<torch::NoGradGuard> no_grad;
   if (mode == StepMode::Forward) no_grad.emplace();
   AutocastScope autocast(setup_.device.type(), setup_.precision);
-  auto logits = model_(inputs_);
+  auto logits = model_(inputs_, segments_);
   const bool fused_loss = setup_.fused && setup_.device.is_cuda() && setup_.parts.cross_entropy_kernel;
   loss_ = fused_loss ? ops::cross_entropy(logits, targets_) : cross_entropy(logits, targets_);
 }

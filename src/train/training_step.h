@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/timer.h"
 #include "train/adamw.h"
@@ -110,6 +111,10 @@ class TrainingStep {
   // Whether run(TrainStep) updates the parameters on a side stream during backward.
   bool overlaps_optimizer() const { return overlap_ != nullptr; }
   const torch::Tensor& inputs() const { return inputs_; }
+  // The documents packed into the rows of the next forwards (model/attention.h): attention stays within
+  // each segment; undefined (the default): each row is one causal sequence. A harness that packs sets
+  // them with every batch.
+  void set_segments(PackedSegments segments) { segments_ = std::move(segments); }
   const torch::Tensor& targets() const { return targets_; }
   // Loss of the last step (a device tensor; reading it synchronizes).
   const torch::Tensor& last_loss() const { return loss_; }
@@ -124,6 +129,7 @@ class TrainingStep {
   TransformerLM model_{nullptr};
   std::unique_ptr<FusedAdamW> optimizer_;
   torch::Tensor inputs_, targets_, loss_;
+  PackedSegments segments_;
   std::vector<torch::Tensor> bf16_copies_;
   // Optimizer in backward: what the per-parameter hooks read. Armed only inside run(TrainStep), so
   // harnesses that call forward/backward/optimizer_step themselves get the ordinary step.

@@ -81,7 +81,10 @@ Json torch_reference_input(const TrainRun& run, const std::set<int64_t>& recorde
               {"eval_batches", run.eval_batches},
               {"val_starts", validation_window_starts(run.eval_batches * s.batch, n_val, s.context)},
               {"lr", lrs},
-              {"train_starts", starts}};
+              {"train_starts", starts},
+              // The reference cuts the rows itself (segment_ids), from the same id, by the rule of packing.h.
+              {"pack", run.pack},
+              {"end_of_file_id", run.end_of_file_id}};
 }
 
 void train_torch_reference(const TrainRun& run, const std::set<int64_t>& recorded, const TrainCallbacks& cb) {

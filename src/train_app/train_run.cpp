@@ -93,6 +93,7 @@ Json train_run_fields(const TrainRun& r) {
     fields[field::val_tokens] = r.val_tokens;
     fields[field::corpus_hash] = r.corpus_hash;
   }
+  if (r.pack) fields[field::pack] = true;  // only when on, so the records of runs before --pack still match
   if (s.precision == c10::kFloat8_e4m3fn) {
     fields[field::fp8_min_dim] = s.fp8.min_dim;
     fields[field::fp8_scaling] = fp8_scaling_name(s.fp8.scaling);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "train_app/data_order.h"
+#include "train_app/packing.h"
 #include "train/grad_clip.h"
 #include "train_app/token_file.h"
 
@@ -20,6 +21,9 @@ void validate(const TrainRun& r) {
   TORCH_CHECK(r.eval_every >= 1, "--eval-every must be at least 1, got ", r.eval_every);
   TORCH_CHECK(r.eval_batches >= 1, "--eval-batches must be at least 1, got ", r.eval_batches);
   TORCH_CHECK(r.clip >= 0, "--clip must be >= 0 (0 turns clipping off), got ", r.clip);
+  TORCH_CHECK(!r.pack || (r.end_of_file_id >= 0 && r.end_of_file_id < r.setup.model.vocab_size),
+              "--pack needs the corpus's end-of-file id within the model's vocabulary of ", r.setup.model.vocab_size,
+              ", got ", r.end_of_file_id, ": make the token files with `lmscale train corpus`");
   TORCH_CHECK(r.lr.total == r.steps, "the learning-rate schedule must end at the last step (", r.steps, "), got ",
               r.lr.total);
   validate(r.lr);
@@ -89,15 +93,19 @@ int64_t train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, co
   at::Tensor loss_sum = at::zeros({}, f32), last_norm;
   int64_t losses = 0;
   // The step's own input tensors take each batch in place (copy_), so their addresses never move.
-  auto load = [&](const Batch& b) {
+  // --pack: the rows' documents too, found on the host from the token file (no copy back).
+  auto load = [&](const TokenFile& file, const std::vector<int64_t>& starts) {
+    const Batch b = batch_of(file, starts, T, setup.device);
     step.inputs().copy_(b.inputs);
     step.targets().copy_(b.targets);
+    if (run.pack)
+      step.set_segments(packed_segments(segment_offsets(file, starts, T, run.end_of_file_id), B, T, setup.device));
   };
   auto evaluate = [&](int64_t s) {
     at::Tensor sum = at::zeros({}, f32);
     for (int64_t i = 0; i < run.eval_batches; ++i) {
       const std::vector<int64_t> starts(val_starts.begin() + i * B, val_starts.begin() + (i + 1) * B);
-      load(batch_of(val, starts, T, setup.device));
+      load(val, starts);
       step.forward(StepMode::Forward);  // no autograd, same autocast and kernels as training
       sum += step.last_loss().detach().to(at::kFloat);
     }
@@ -129,7 +137,7 @@ int64_t train_lmscale(const TrainRun& run, const std::set<int64_t>& recorded, co
     evaluate(0);
   }
   for (int64_t s = first; s <= run.steps; ++s) {
-    load(batch_of(train, train_window_starts(run.data_seed, s - 1, B, train.size(), T), T, setup.device));
+    load(train, train_window_starts(run.data_seed, s - 1, B, train.size(), T));
     step.forward(StepMode::TrainStep);
     step.backward();
     last_norm = clip_grad_norm(optimizer.params(), run.clip);

@@ -32,6 +32,10 @@ struct TrainRun {
   LrSchedule lr;                 // lr.total is `steps`
   double clip = 1.0;             // global gradient-norm cap; 0: no clipping
   uint64_t data_seed = 0;        // the order of the training windows
+  // --pack: every row cut into its documents after each end-of-file id (packing.h), attention kept
+  // within them; the loss is unchanged (every position, the id's target included).
+  bool pack = false;
+  int64_t end_of_file_id = -1;   // with pack: the corpus's (pack_end_of_file_id)
 };
 
 // Throws naming the field (and the flag) when a run cannot start.

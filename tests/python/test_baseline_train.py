@@ -134,3 +134,40 @@ def test_a_non_finite_loss_ends_the_run_with_one_line(tmp_path):
     assert diverged[0]["what"] in ("training loss", "gradient norm")
     assert not math.isfinite(float(diverged[0]["value"]))
     assert all(line["eval"]["step"] < diverged[0]["step"] for line in lines if "eval" in line)
+
+
+def test_segments_start_after_each_end_of_file_id():
+    import torch
+    E = 256
+    rows = torch.tensor([[E, 1, 2, 3, 4, 5],    # the row starts on an id: its document's last token, alone
+                         [1, 2, 3, 4, 5, E],    # ends on one: no segment after it
+                         [1, E, E, 2, 3, 4],    # two in a row: the second is a document of one token
+                         [1, 2, 3, 4, 5, 6]])   # none: one segment
+    assert train.segment_ids(rows, E).tolist() == [[0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [0, 0, 1, 2, 2, 2],
+                                                   [0, 0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "naive"])
+def test_a_packed_row_gives_each_document_its_logits_alone(attention):
+    import torch
+    torch.manual_seed(0)
+    E = 256
+    model = train.LM(300, 32, 64, 2, 4, 16, attention).double()
+    x = torch.tensor([[5, 7, E, 9, 10, 11, E, E, 3, 4, 8, 2]])
+    packed = model(x, train.segment_ids(x, E))
+    # Positions run through the row; RoPE makes scores depend on distances only, so a document
+    # shifted along the row scores as it does alone, up to the rounding of the fp32 RoPE table (~1e-7).
+    for a, b in [(0, 3), (3, 7), (7, 8), (8, 12)]:
+        assert torch.allclose(packed[:, a:b], model(x[:, a:b]), atol=1e-6, rtol=0), (a, b)
+    assert not torch.allclose(packed[:, 3:7], model(x)[:, 3:7], atol=1e-3)  # the mask did something
+
+
+def test_packed_run_trains_with_the_segments(tmp_path, monkeypatch):
+    seen = []
+    ids = train.segment_ids
+    monkeypatch.setattr(train, "segment_ids", lambda x, e: seen.append(e) or ids(x, e))
+    run = run_of(tmp_path, steps=10)
+    run["pack"], run["end_of_file_id"] = True, 256
+    evals, _ = evaluations(run)
+    assert [e["step"] for e in evals] == [0, 10] and seen and set(seen) == {256}
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]

@@ -121,17 +121,32 @@ class Attention(nn.Module):
         self.heads, self.attention = heads, attention
         self.rope = Rope(10000.0, d // heads, max_len)
 
-    def forward(self, x):
+    def forward(self, x, segments=None):
+        """segments: None (causal over the whole row), or (B, T) ids of the packed documents each
+        token belongs to (``lmscale train --pack``): then causal within each segment only."""
         B, T, C = x.shape
         split = lambda t: t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         q, k, v = self.rope(split(self.q(x))), self.rope(split(self.k(x))), split(self.v(x))
+        sees = None if segments is None else segment_causal_mask(segments)
         if self.attention == "sdpa":
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if sees is None:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=sees)
         else:
             s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-            o = torch.softmax(s.masked_fill(mask, float("-inf")), -1).to(v.dtype) @ v
+            if sees is None:
+                sees = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            o = torch.softmax(s.masked_fill(~sees, float("-inf")), -1).to(v.dtype) @ v
         return self.o(o.transpose(1, 2).reshape(B, T, C))
+
+
+def segment_causal_mask(segments):
+    """(B, 1, T, T) bool from (B, T) segment ids: query i sees key j when j <= i and both lie in the
+    same segment (block-diagonal causal). Each row starts a segment, so no query sees another row."""
+    T = segments.shape[-1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()
+    return ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
 
 
 class Block(nn.Module):
@@ -143,8 +158,8 @@ class Block(nn.Module):
         self.attn = Attention(d, heads, max_len, attention)
         self.w1, self.w2, self.w3 = Linear(d, d_ff), Linear(d_ff, d), Linear(d, d_ff)
 
-    def forward(self, x):
-        h = x + self.attn(self.ln1(x))
+    def forward(self, x, segments=None):
+        h = x + self.attn(self.ln1(x), segments)
         y = self.ln2(h)
         return h + self.w2(F.silu(self.w1(y)) * self.w3(y))
 
@@ -159,10 +174,11 @@ class LM(nn.Module):
         self.ln = RMSNorm(d_model)
         self.head = Linear(d_model, vocab)
 
-    def forward(self, ids):
+    def forward(self, ids, segments=None):
         x = F.embedding(ids, self.emb)
         for block in self.blocks:
-            x = block(x)
+            # Without segments the call stays block(x), the form the drop-in swaps (lmscale.nn) replace.
+            x = block(x) if segments is None else block(x, segments)
         return self.head(self.ln(x))
 
 

@@ -12,7 +12,10 @@ The run holds the model's shape, precision, device, seed, AdamW settings, gradie
 token files (uint16 ids), and, computed by lmscale once: the window starts of every training step
 (``train_starts``), the learning rate of every step (``lr``), the validation windows, the steps to
 evaluate at (those in ``recorded`` are trained through, not evaluated), and lmscale's initial weights
-(``init_weights``, src/train/initial_weights.h), so both runs start from the same model. Each update is
+(``init_weights``, src/train/initial_weights.h), so both runs start from the same model. With ``pack``
+(``lmscale train --pack``) every row is cut into segments after each ``end_of_file_id`` and attention
+stays causal within a segment (``segment_ids``; lmscale's rule in src/train_app/packing.h, made here
+again so that a mistake in either shows as two curves apart). Each update is
 forward + loss under autocast, ``loss.backward()``, ``clip_grad_norm_``, the step's learning rate,
 ``torch.optim.AdamW(fused=True on CUDA)``. Printed on stdout, flushed: one line
 ``{"eval": {"step", "train_loss", "val_loss", "grad_norm", "lr", "elapsed_s"}}`` per evaluation, and
@@ -86,6 +89,13 @@ def windows(data, starts, context, device):
     return rows[:, :-1], rows[:, 1:]
 
 
+def segment_ids(x, end_of_file_id):
+    """(B, T) int64: which segment of its row each token of x (B, T) lies in. A segment ends with an
+    end-of-file id, which stays the last token of its document; the token after it starts the next."""
+    ends = (x == end_of_file_id).to(torch.int64)
+    return ends.cumsum(1) - ends
+
+
 def train(run, out=sys.stdout):
     dev = torch.device(run["device"])
     cuda = dev.type == "cuda"
@@ -102,6 +112,11 @@ def train(run, out=sys.stdout):
     opt = torch.optim.AdamW(model.parameters(), lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"],
                             weight_decay=a["weight_decay"], fused=cuda)
     B, T = run["batch"], run["context"]
+    end_id = run["end_of_file_id"] if run.get("pack") else None
+
+    def forward(x):
+        return model(x) if end_id is None else model(x, segment_ids(x, end_id))
+
     evals, recorded = set(run["eval_steps"]), set(run["recorded"])
     val_starts = run["val_starts"]
     start = time.perf_counter()
@@ -124,7 +139,7 @@ def train(run, out=sys.stdout):
         with torch.no_grad(), autocast():
             for i in range(run["eval_batches"]):
                 x, y = windows(val_data, val_starts[i * B:(i + 1) * B], T, dev)
-                total += loss_of(model(x), y).float()
+                total += loss_of(forward(x), y).float()
         model.train()
         val_loss = total.item() / run["eval_batches"]
         if diverged(step, "validation loss", val_loss):
@@ -141,7 +156,7 @@ def train(run, out=sys.stdout):
     for step, (starts, lr) in enumerate(zip(run["train_starts"], run["lr"]), 1):
         x, y = windows(train_data, starts, T, dev)
         with autocast():
-            loss = loss_of(model(x), y)
+            loss = loss_of(forward(x), y)
         loss.backward()  # outside autocast, as in lmscale
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run["clip"] if run["clip"] > 0 else math.inf)
         # Checked before the update, as lmscale does: one copy to the host per step.
