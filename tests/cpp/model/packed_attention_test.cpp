@@ -1,7 +1,8 @@
 // Packed rows (PackedSegments, model/attention.h): each attention core on rows holding several
 // documents gives every document what it gives that document alone (outputs and gradients of q, k, v),
 // the whole model's logits too, and bad offsets are refused with the rule they break. CPU: the flash
-// core runs the varlen reference (ops/flash_reference.h).
+// core runs the varlen reference (ops/flash_reference.h); on a GPU (skipped without one) the varlen
+// kernels against it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 
 #include "model/attention.h"
 #include "model/transformer.h"
+#include "ops/flash_attention.h"
 #include "support/expect_error.h"
 
 namespace lmscale {
@@ -71,6 +73,34 @@ INSTANTIATE_TEST_SUITE_P(Cores, PackedAttention,
                                            std::make_pair(AttentionBackend::Flash, torch::kDouble),
                                            std::make_pair(AttentionBackend::Naive, torch::kFloat),
                                            std::make_pair(AttentionBackend::Flash, torch::kFloat)));
+
+// The flash core on CUDA (the varlen kernels, under bf16 and fp32) against the fp64 reference of each
+// document alone, at the model's head dim for small (64).
+TEST(PackedSegments, FlashKernelsGiveEachDocumentItsAttentionAlone) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t H = 4, D = 64;
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    if (!ops::flash_kernel_available(dtype, D)) continue;
+    torch::manual_seed(0);
+    const auto q = torch::randn({kB, H, kT, D}, torch::kDouble), k = torch::randn({kB, H, kT, D}, torch::kDouble),
+               v = torch::randn({kB, H, kT, D}, torch::kDouble);
+    auto on_gpu = [&](const torch::Tensor& t) { return t.to(torch::kCUDA, dtype); };
+    const auto o = attention_core(on_gpu(q), on_gpu(k), on_gpu(v), /*causal=*/true, AttentionBackend::Flash,
+                                  packed_segments(kOffsets, kB, kT, torch::kCUDA))
+                       .to(torch::kCPU, torch::kDouble);
+    // bf16: the inputs' own rounding (8 bits) over sums of up to 12 terms; fp32: its rounding.
+    const double tol = dtype == torch::kBFloat16 ? 3e-2 : 1e-4;
+    for (const auto& [row, first, n] : segments_of(kOffsets)) {
+      using torch::indexing::Slice;
+      auto part = [row = row, first = first, n = n](const torch::Tensor& t) {
+        return t.index({Slice(row, row + 1), Slice(), Slice(first, first + n)});
+      };
+      const auto alone = attention_core(part(q), part(k), part(v), /*causal=*/true, AttentionBackend::Naive);
+      EXPECT_TRUE(torch::allclose(part(o), alone, tol, tol))
+          << dtype << ", segment at " << row << ":" << first << ", max diff " << (part(o) - alone).abs().max().item<double>();
+    }
+  }
+}
 
 TEST(PackedSegments, MaskIsBlockDiagonalCausal) {
   const auto sees = segment_causal_mask(packed_segments({0, 2, 4}, 1, 4, torch::kCPU), 1, 4);
