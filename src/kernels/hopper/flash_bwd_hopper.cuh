@@ -26,7 +26,8 @@
 
 #include "kernels/flash_params.h"
 #include "kernels/flash_sequence.cuh"
-#include "kernels/hopper/flash_fwd_hopper.cuh"  // pack2
+#include "kernels/hopper/flash_hopper_tiles.h"
+#include "kernels/hopper/hopper_common.cuh"
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/wgmma_ops.cuh"
 
@@ -166,14 +167,7 @@ __device__ __forceinline__ bool bwd_block_tile(const FlashParams& p, int linear,
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const __grid_constant__ BwdMaps maps,
                                                                           const FlashParams p, int heads_per_section) {
-  using T = typename C::T;
-  constexpr int D = C::D;
-  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
-  constexpr int kSwB = C::kSwizzleBytes, kSwE = C::kSwizzleElems, kChunks = C::kChunks;
-  constexpr int kAtomBytes = 8 * kSwB;
-
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = align_1024(smem_raw);
+  LMSCALE_HOPPER_KERNEL_PREAMBLE(C);
   unsigned char* sK = smem;
   unsigned char* sV = smem + C::kOffV;
   unsigned char* sQ = smem + C::kOffQ;

@@ -10,7 +10,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/hopper/flash_bwd_hopper.cuh"
-#include "kernels/hopper/flash_fwd_hopper_launch.cuh"  // make_map
+#include "kernels/hopper/hopper_common.cuh"
 
 namespace lmscale::kernels::hopper {
 
@@ -57,15 +57,7 @@ bool launch_bwd(const FlashParams& p, cudaStream_t stream) {
     return false;
   const int64_t blocks = bwd_block_count<C::kBlockN>(p, flash_heads_k(p) * (p.dkv_accum ? p.group_split : 1));
   if (blocks > 0x7fffffff) throw std::runtime_error("flash_bwd_hopper_kernel: " + std::to_string(blocks) + " blocks exceed the grid");
-  auto* kernel = flash_masked(p) ? flash_bwd_hopper_kernel<C, true> : flash_bwd_hopper_kernel<C, false>;
-  static const bool opted_in = [] {
-    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_hopper_kernel<C, false>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)opted_in;
+  auto* kernel = kernel_for_mask<C>(p, flash_bwd_hopper_kernel<C, true>, flash_bwd_hopper_kernel<C, false>);
   if (blocks == 0) return true;
   kernel<<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(maps, p, bwd_heads_per_section(p));
   LMSCALE_CUDA_CHECK(cudaGetLastError());

@@ -29,6 +29,7 @@
 #include "kernels/flash_params.h"
 #include "kernels/flash_sequence.cuh"
 #include "kernels/hopper/flash_hopper_tiles.h"
+#include "kernels/hopper/hopper_common.cuh"
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/wgmma_ops.cuh"
 
@@ -78,19 +79,6 @@ struct FwdConfig {
 // The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
 using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)>;
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, 4);
-  }
-  return r;
-}
 
 struct FwdMaps {
   CUtensorMap q, k, v;
@@ -166,14 +154,7 @@ __device__ __forceinline__ FwdKeyRange fwd_key_range(const FlashSeq& seq, int m0
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
                                                                           const FlashParams p) {
-  using T = typename C::T;
-  constexpr int D = C::D;
-  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
-  constexpr int kSwB = C::kSwizzleBytes, kSwE = C::kSwizzleElems, kChunks = C::kChunks;
-  constexpr int kAtomBytes = 8 * kSwB;
-
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = align_1024(smem_raw);
+  LMSCALE_HOPPER_KERNEL_PREAMBLE(C);
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + C::kQBytes;
   unsigned char* sV = sK + kStages * C::kKVBytes;

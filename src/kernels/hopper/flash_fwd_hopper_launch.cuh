@@ -1,110 +1,20 @@
-// Host side of one Hopper forward variant (flash_fwd_hopper.cuh): the TMA tensor maps, the shared
-// memory opt-in, the grid, the mask switch. Instantiated per dtype in flash_fwd_hopper_{bf16,fp16}.cu
+// Host side of one Hopper forward variant (flash_fwd_hopper.cuh): its TMA tensor maps, the grid, the tile counter
+// (the shared pieces: hopper_common.cuh). Instantiated per dtype in flash_fwd_hopper_{bf16,fp16}.cu
 // for the shipped variants; tools/flash_hopper_probe.cu instantiates others to compare.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_check.h"
 #include "kernels/hopper/flash_fwd_hopper.cuh"
-#include "kernels/hopper/recent_cache.h"
+#include "kernels/hopper/hopper_common.cuh"
 
 namespace lmscale::kernels::hopper {
-
-// cuTensorMapEncodeTiled lives in the driver; the runtime hands out its entry point, so lmscale needs
-// no -lcuda (and CPU-only machines never call this).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-inline EncodeTiledFn encode_tiled() {
-  static EncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    LMSCALE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("flash hopper: the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver)");
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
-
-// The current device's SM count, asked once per device (the forward's grid is one block per SM).
-inline int sm_count_cached() {
-  int dev = 0;
-  LMSCALE_CUDA_CHECK(cudaGetDevice(&dev));
-  static std::atomic<int> counts[64] = {};
-  int sms = dev >= 0 && dev < 64 ? counts[dev].load(std::memory_order_relaxed) : 0;
-  if (sms == 0) {
-    LMSCALE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (dev >= 0 && dev < 64) counts[dev].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
-// The arguments of cuTensorMapEncodeTiled that vary between calls, zero-padded: the key of Note [tensor
-// map cache] (interleave, L2 promotion and out-of-bounds fill are the same for every map here).
-struct TensorMapArgs {
-  const void* ptr;
-  cuuint64_t dims[5], strides[4];
-  cuuint32_t box[5], elem_strides[5];
-  int dtype, rank, swizzle;
-};
-
-// cuTensorMapEncodeTiled through this thread's cache of recent maps (Note [tensor map cache]).
-inline bool encode_tiled_cached(CUtensorMap* map, CUtensorMapDataType dtype, cuuint32_t rank, const void* ptr,
-                                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                const cuuint32_t* elem_strides, CUtensorMapSwizzle swizzle) {
-  constexpr auto kInterleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
-  constexpr auto kL2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  constexpr auto kOob = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
-  if (rank < 1 || rank > 5) return false;
-  TensorMapArgs a;
-  std::memset(&a, 0, sizeof a);
-  a.ptr = ptr;
-  std::memcpy(a.dims, dims, rank * sizeof(cuuint64_t));
-  std::memcpy(a.strides, strides, (rank - 1) * sizeof(cuuint64_t));
-  std::memcpy(a.box, box, rank * sizeof(cuuint32_t));
-  std::memcpy(a.elem_strides, elem_strides, rank * sizeof(cuuint32_t));
-  a.dtype = dtype;
-  a.rank = static_cast<int>(rank);
-  a.swizzle = swizzle;
-  thread_local RecentCache<TensorMapArgs, CUtensorMap> cache;
-  return cache.get(a, map, [&](CUtensorMap* out) {
-    return encode_tiled()(out, dtype, rank, const_cast<void*>(ptr), dims, strides, box, elem_strides, kInterleave,
-                          swizzle, kL2, kOob) == CUDA_SUCCESS;
-  });
-}
-
-// A 4-D map (d, row, head, batch) over q, k or v (shape `view`: flash_q_view / flash_k_view) with boxes of
-// box_cols x box_rows and the given swizzle. False when TMA cannot describe the tensor.
-inline bool make_map(CUtensorMap* map, const FlashParams& p, const void* ptr, FlashRowsView view, int64_t row_stride,
-                     int64_t head_stride, int64_t batch_stride, int box_cols, int box_rows, int swizzle_bytes) {
-  constexpr int64_t kElem = 2;
-  // A size-1 dimension's stride is never used; TMA still wants it a 16-byte multiple.
-  if (view.rows == 1) row_stride = p.head_dim;
-  if (view.heads == 1) head_stride = row_stride * view.rows;
-  if (view.batch == 1) batch_stride = head_stride * view.heads;
-  const cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(view.rows), cuuint64_t(view.heads),
-                              cuuint64_t(view.batch)};
-  const cuuint64_t strides[3] = {cuuint64_t(row_stride * kElem), cuuint64_t(head_stride * kElem),
-                                 cuuint64_t(batch_stride * kElem)};
-  for (cuuint64_t s : strides)
-    if (s % 16 != 0 || s >= (cuuint64_t(1) << 40)) return false;
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return encode_tiled_cached(
-      map, p.dtype == FlashDtype::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, ptr, dims,
-      strides, box, elem_strides, swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
-}
 
 // Builds the maps and launches variant C on `stream`; false (nothing launched) when the maps cannot be built.
 template <typename C>
@@ -126,15 +36,7 @@ bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
                              " query tiles (batch x heads x tiles per sequence) exceed 2^31 - 2^16; split the call");
   if (tiles == 0) return true;
   const int blocks = static_cast<int>(std::min<int64_t>({tiles, sm_count_cached(), 65536}));
-  auto* kernel = flash_masked(p) ? flash_fwd_hopper_kernel<C, true> : flash_fwd_hopper_kernel<C, false>;
-  static const bool opted_in = [] {
-    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    LMSCALE_CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_hopper_kernel<C, false>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    return true;
-  }();
-  (void)opted_in;
+  auto* kernel = kernel_for_mask<C>(p, flash_fwd_hopper_kernel<C, true>, flash_fwd_hopper_kernel<C, false>);
   if (p.fwd_tile_counter) LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.fwd_tile_counter, 0, sizeof(int), stream));
   kernel<<<blocks, C::kThreads, C::kSmemBytes, stream>>>(maps, p);
   LMSCALE_CUDA_CHECK(cudaGetLastError());
