@@ -14,6 +14,7 @@
 #include "kernels/flash_params.h"
 #include "kernels/flash_sequence.cuh"
 #include "kernels/flash_variants.h"
+#include "kernels/sm_count.h"
 #ifdef LMSCALE_FA_HOPPER
 #include "kernels/hopper/flash_bwd_hopper_steps.cuh"
 #include "kernels/hopper/flash_hopper.h"
@@ -148,15 +149,6 @@ void run_flash_bwd(const FlashParams& params, void* stream) {
   dispatch<true>(params, stream);
 }
 
-namespace {
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;
-  return sms;
-}
-}  // namespace
-
 // Note [group split]. The Hopper backward's block walks the query tiles of the query heads of one K/V head, so with
 // grouped heads there are group times fewer blocks than with as many K/V heads as query heads, each group times
 // longer: 2 x 32q/4kv x 4096 x 64 gave 256 blocks on 132 SMs, the longest (key block 0, causal) alone a quarter of
@@ -168,7 +160,7 @@ int flash_bwd_group_split(const FlashParams& p) {
 #ifdef LMSCALE_FA_HOPPER
   if (p.path == FlashPath::kMmaSync || !hopper::bwd_unsupported_reason(p).empty()) return 1;
   const int64_t blocks = static_cast<int64_t>((p.seqlen_k + 127) / 128) * p.batch * flash_heads_k(p);
-  const int64_t wanted = 8 * static_cast<int64_t>(sm_count());
+  const int64_t wanted = 8 * static_cast<int64_t>(current_sm_count());
   for (int split = 1; split < group; ++split)
     if (group % split == 0 && blocks * split >= wanted) return split;
   return group;

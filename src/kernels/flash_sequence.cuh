@@ -112,6 +112,12 @@ struct FlashSeq {
 __host__ __device__ __forceinline__ int flash_packed_slots(int total, int batch, int rows) {
   return total / rows + batch + 1;
 }
+// Tiles of `rows` rows per plane (a head, or a K/V head) over the q (or k) rows of a call: a packed batch's slots,
+// else every sequence's ceil(seqlen / rows).
+__host__ __device__ __forceinline__ int64_t flash_row_tiles(const FlashParams& p, int total, int seqlen, int rows) {
+  return flash_varlen(p) ? flash_packed_slots(total, p.batch, rows)
+                         : static_cast<int64_t>(p.batch) * ((seqlen + rows - 1) / rows);
+}
 // The sequence b of slot j and the tile's index in it (0 for its first rows); false for a slot holding no tile.
 __device__ __forceinline__ bool flash_packed_tile(const int* cu_seqlens, int batch, int rows, int j, int& b, int& tile) {
   int lo = 0, hi = batch - 1;  // the last sequence whose first slot is <= j

@@ -13,6 +13,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_amax.cuh"
 #include "kernels/fp8_cast_params.h"
+#include "kernels/sm_count.h"
 #include "kernels/fp8_delayed.cuh"
 #include "kernels/fp8_history_params.h"
 #include "kernels/fused_elementwise.cuh"
@@ -156,9 +157,7 @@ void run_fp8_amax(const Fp8CastParams& p, void* stream) {
   LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.amax_bits, 0, sizeof(uint32_t), st));
   if (p.rows == 0 || p.cols == 0) return;
   const int64_t vectors = p.rows * p.cols / kVec;
-  int device = 0, sms = 0;
-  LMSCALE_CUDA_CHECK(cudaGetDevice(&device));
-  LMSCALE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = current_sm_count();
   // Enough blocks to fill every SM a few times over; more only adds atomics.
   const int64_t blocks = std::min<int64_t>((vectors + kThreads - 1) / kThreads, 4LL * sms);
   with_input_type(p.dtype, [&](auto tag) {

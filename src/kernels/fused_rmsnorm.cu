@@ -14,6 +14,7 @@
 #include "kernels/fp8_delayed.cuh"
 #include "kernels/fused_elementwise.cuh"
 #include "kernels/fused_rmsnorm_params.h"
+#include "kernels/sm_count.h"
 
 namespace lmscale::kernels {
 namespace {
@@ -147,17 +148,10 @@ void check_cols(int cols, const char* what) {
                              std::to_string(kRmsNormMaxCols) + "; use the unfused RMSNorm for such rows");
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  LMSCALE_CUDA_CHECK(cudaGetDevice(&device));
-  LMSCALE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 }  // namespace
 
 int64_t rms_norm_bwd_partial_rows(int64_t rows) {
-  const int64_t blocks = 4 * static_cast<int64_t>(sm_count());  // enough threads in flight per SM
+  const int64_t blocks = 4 * static_cast<int64_t>(current_sm_count());  // enough threads in flight per SM
   return rows < blocks ? rows : blocks;
 }
 

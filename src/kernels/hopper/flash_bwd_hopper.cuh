@@ -147,8 +147,7 @@ __host__ __device__ inline BwdTile bwd_tile(int linear, int n_blocks, int batch_
 // causal) first. Dense calls: bwd_tile. False for a slot holding no tile.
 template <int kBlockN>
 __host__ __device__ inline int64_t bwd_block_count(const FlashParams& p, int kv_blocks) {
-  return flash_varlen(p) ? int64_t(kv_blocks) * flash_packed_slots(p.total_k, p.batch, kBlockN)
-                         : int64_t(kv_blocks) * p.batch * ((p.seqlen_k + kBlockN - 1) / kBlockN);
+  return kv_blocks * flash_row_tiles(p, p.total_k, p.seqlen_k, kBlockN);
 }
 template <int kBlockN>
 __device__ __forceinline__ bool bwd_block_tile(const FlashParams& p, int linear, int kv_blocks, int heads_per_section,

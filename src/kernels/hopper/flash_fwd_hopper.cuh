@@ -11,8 +11,8 @@
 //     exponentials of tile j+1 run, so the tensor cores wait on softmax only for the first tile;
 //   * optional ping-pong between two consumer groups (Note [ping-pong]), so one group's softmax also
 //     hides under the other group's GEMMs;
-//   * persistent blocks (Note [persistent forward]): one block per SM walks query tiles in turn, and the
-//     producer loads the next tile's Q and K/V while the consumers finish the last one.
+//   * persistent blocks (Note [persistent forward]): one block per SM takes query tiles in turn, the K/V
+//     ring running on across them, and a tile's last P V goes beside the next tile's first S (Note [tile seam]).
 //
 // Tiles are stored exactly as TMA writes them with the 128- (or 64-) byte swizzle: a (rows x D) tile is
 // kChunks column chunks of kSwizzleElems elements, each chunk rows x kSwizzleBytes, swizzled in 8-row
@@ -91,19 +91,19 @@ struct FwdMaps {
 // keys are one atom further (stride byte offset), the next column chunk a whole chunk further (leading
 // byte offset), and a 16-key step advances 16 rows.
 
-// Note [persistent forward]. One block per SM (launch_fwd) walks the query tiles of fwd_tile's order: heaviest
-// causal tiles first, every (batch, head) of one query tile next to each other (the order the hardware gave a grid
-// of one block per tile, Note [grid order] in flash_fwd_kernel.cuh), packed batches over the tiles they have (Note
-// [packed tile slots]). Step k of block i takes tile k G + i for even k and k G + G - 1 - i for odd k (G blocks):
-// the tiles get lighter along the order, and taking every G-th (block 0 the heaviest of each step) left the first
-// blocks one heaviest tile more than the last: the 16k x 64 / 128 causal forwards ran 6 / 10 % slower than a grid
-// of one block per tile. The K/V ring and its barriers run on across tiles, Q has an "empty" barrier of its own, and
-// the consumers join one tile's end to the next tile's start (Note [tile seam]), so the producer loads the next
-// tile's Q and first K/V tiles while the consumers finish the last; with a block per tile, every tile paid its
-// loads' latency, its pipeline's fill and drain and its block's start (at 4 x 25 x 512 x 64, 400 tiles of 1-3 key
-// tiles; packed documents of ~1k tokens, ~4).
-// The tile a block's producer takes at its step-th turn: the next of the order from fwd_tile_counter (one atomic
-// add per tile), else the block's fixed share in snake order. Past the last tile: >= tile_count.
+// Note [persistent forward]. One block per SM (launch_fwd) takes the query tiles of fwd_tile's order: heaviest causal
+// tiles first, every (batch, head) of one query tile next to each other (the order the hardware gave a grid of one
+// block per tile, Note [grid order] in flash_fwd_kernel.cuh), packed batches over the tiles they have (Note [packed
+// tile slots]). With FlashParams::fwd_tile_counter each block's producer takes the next tile by one atomic add as its
+// ring frees up, and hands the index to the consumers through shared memory (q_full); without one, step k of block
+// i takes tile k G + i for even k and k G + G - 1 - i for odd k (G blocks). Fixed shares leave the SMs unevenly
+// loaded as the tiles get lighter along the order: taking every G-th ran the 16k x 64 / 128 causal forwards 6 / 10 %
+// slower than a grid of one block per tile, the snake packed documents 5-12 % slower (the counter: 8 % faster).
+// The K/V ring and its barriers run on across tiles and Q has an "empty" barrier of its own; with a block per tile,
+// every tile paid its block's start, its loads' latency and its pipeline's fill and drain (at 4 x 25 x 512 x 64,
+// 400 tiles of 1-3 key tiles; packed documents of ~1k tokens, ~4). Q is single-buffered: the next tile's Q loads
+// once the last S of the tile before is done.
+// The tile a block's producer takes at its step-th turn; past the last: >= tile_count.
 __device__ __forceinline__ int fwd_next_tile(const FlashParams& p, int step, int tile_count) {
   if (p.fwd_tile_counter) return atomicAdd(p.fwd_tile_counter, 1);
   if (static_cast<int64_t>(step) * gridDim.x >= tile_count) return tile_count;
@@ -117,8 +117,7 @@ struct FwdTile {
 
 template <int kBlockM>
 __host__ __device__ __forceinline__ int64_t fwd_tile_count(const FlashParams& p) {
-  return flash_varlen(p) ? int64_t(p.heads) * flash_packed_slots(p.total_q, p.batch, kBlockM)
-                         : int64_t(p.batch) * p.heads * ((p.seqlen_q + kBlockM - 1) / kBlockM);
+  return p.heads * flash_row_tiles(p, p.total_q, p.seqlen_q, kBlockM);
 }
 
 // Tile t of fwd_tile_count: false for a packed batch's slot that holds no tile.
@@ -294,10 +293,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     }
   };
   // The mask and key-tail masking; only tiles that cross a bound of the mask or the end of the keys call it. Each
-  // row's visible keys [lo, hi] are fixed for the tile: two compares per entry, as the causal mask alone took (with
-  // the bounds worked out per entry, the masked tiles cost twice as much: 19 us more at the xl step's 4 x 25 x 512).
-  // Entry c = 8 i + e of a row is key n0 + col_in_tile + c: with the bounds moved into the tile once, each entry
-  // compares a constant with one register per bound (a causal mask has no lower one), not its key with two.
+  // row's visible keys [lo, hi] are fixed for the tile (with the bounds worked out per entry, the masked tiles cost
+  // twice as much: 19 us more at the xl step's 4 x 25 x 512). Entry c = 8 i + e of a row is key n0 + col_in_tile + c:
+  // with the bounds moved into the tile once, each entry compares a constant with one register per bound (a causal
+  // mask has no lower one), not its key with two.
   const bool has_left = Masked && p.window_left >= 0;  // first_key is INT_MIN otherwise
   auto mask = [&](int n0) {
     const int base = n0 + col_in_tile;

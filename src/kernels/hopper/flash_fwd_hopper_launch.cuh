@@ -35,7 +35,7 @@ bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
     throw std::runtime_error("flash_fwd_hopper_kernel: " + std::to_string(tiles) +
                              " query tiles (batch x heads x tiles per sequence) exceed 2^31 - 2^16; split the call");
   if (tiles == 0) return true;
-  const int blocks = static_cast<int>(std::min<int64_t>({tiles, sm_count_cached(), 65536}));
+  const int blocks = static_cast<int>(std::min<int64_t>({tiles, current_sm_count(), 65536}));
   auto* kernel = kernel_for_mask<C>(p, flash_fwd_hopper_kernel<C, true>, flash_fwd_hopper_kernel<C, false>);
   if (p.fwd_tile_counter) LMSCALE_CUDA_CHECK(cudaMemsetAsync(p.fwd_tile_counter, 0, sizeof(int), stream));
   kernel<<<blocks, C::kThreads, C::kSmemBytes, stream>>>(maps, p);

@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -17,6 +16,7 @@
 #include "kernels/flash_sequence.cuh"
 #include "kernels/hopper/hopper_ptx.cuh"
 #include "kernels/hopper/recent_cache.h"
+#include "kernels/sm_count.h"
 
 // The names a kernel body of config C (FwdConfig, BwdConfig) uses for C's tiles, and its dynamic shared memory
 // aligned to 1024 bytes (the swizzle pattern repeats every 1024 bytes; the descriptors assume atom-aligned bases).
@@ -61,19 +61,6 @@ inline EncodeTiledFn encode_tiled() {
     return reinterpret_cast<EncodeTiledFn>(f);
   }();
   return fn;
-}
-
-// The current device's SM count, asked once per device (the forward's grid is one block per SM).
-inline int sm_count_cached() {
-  int dev = 0;
-  LMSCALE_CUDA_CHECK(cudaGetDevice(&dev));
-  static std::atomic<int> counts[64] = {};
-  int sms = dev >= 0 && dev < 64 ? counts[dev].load(std::memory_order_relaxed) : 0;
-  if (sms == 0) {
-    LMSCALE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (dev >= 0 && dev < 64) counts[dev].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
 }
 
 // The arguments of cuTensorMapEncodeTiled that vary between calls, zero-padded: the key of Note [tensor
