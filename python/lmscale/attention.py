@@ -7,7 +7,9 @@ with what PyTorch 2.x asks of a custom op:
   symbolic shapes (no graph break, no recompile for a new sequence length);
 - the autograd formula of the forward ops (``register_autograd``): ``setup_context`` saves q, k, v, O
   and the logsumexp L (and the varlen offsets) with ``save_for_backward``; backward calls the backward
-  op. So ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq).
+  op. So ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq). Eager calls
+  of ``lmscale.flash_attention`` and ``lmscale.flash_attn`` take the same formula as a plain
+  ``autograd.Function`` (``_EagerAttention``: the same saved tensors, a fraction of the wrapper's host time).
 
 Every op takes the mask and scale as keyword-only arguments after ``is_causal``: ``scale``,
 ``bottom_right`` (the causal diagonal's alignment: SDPA's top-left by default, FlashAttention's
@@ -273,13 +275,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
     _check_gqa(q, k, v, enable_gqa)
     d, dv = q.shape[-1], v.shape[-1]
     if dv == d or k.shape[-1] != d:  # the kernels' own case (a D mismatch: the op's check names it)
-        return _forward_op(q, k, v, is_causal, scale=scale, bottom_right=bottom_right)[0]
+        return _attend(q, k, v, is_causal, scale=scale, bottom_right=bottom_right)
     # Values of their own size: q, k, v padded with zeros to the larger (the zeros change no score), at the
     # scale of the real D.
     width = max(d, dv)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]))
-    return _forward_op(pad(q), pad(k), pad(v), is_causal, scale=scale, bottom_right=bottom_right)[0][..., :dv]
+    return _attend(pad(q), pad(k), pad(v), is_causal, scale=scale, bottom_right=bottom_right)[..., :dv]
 
 
 def flash_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
@@ -295,6 +297,36 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              **mask: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward by recomputation from the forward's O and L: returns (dQ, dK, dV). Not differentiable."""
     return _backward_op(q, k, v, o, L, dout, is_causal, **mask)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The (O, L) op's autograd formula as a plain ``autograd.Function`` (q, k, v, O and L saved, so
+    ``o.grad_fn.saved_tensors`` reads as with the op), for eager calls: ``register_autograd``'s wrapper around an
+    op (its metadata, its dispatch below autograd, the context's keyword dict) costs several times the host time of
+    a plain Function on every call, which decides small shapes (the xl step's 4 x 25 x 512 x 64, ~0.1 ms of
+    kernels)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, mask: dict):
+        o, L = _forward_op(q, k, v, is_causal, **mask)
+        ctx.save_for_backward(q, k, v, o, L)
+        ctx.is_causal, ctx.mask = is_causal, mask
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor):
+        q, k, v, o, L = ctx.saved_tensors
+        dq, dk, dv = _backward_op(q, k, v, o, L, dout, ctx.is_causal, **ctx.mask)
+        return dq, dk, dv, None, None
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, **mask: Any) -> torch.Tensor:
+    """O, differentiable: the (O, L) op with its ``register_autograd`` formula when torch.compile traces (what
+    AOTAutograd reads), the same formula as ``_EagerAttention`` in eager."""
+    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and
+                                             (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return _forward_op(q, k, v, is_causal, **mask)[0]
+    return _EagerAttention.apply(q, k, v, is_causal, mask)
 
 
 class FlashAttentionFunction(torch.autograd.Function):

@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from .attention import _forward_op, _varlen_forward_op
+from .attention import _attend, _forward_op, _varlen_forward_op
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"]
@@ -66,10 +66,13 @@ def _dense(fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         raise ValueError(f"lmscale.flash_attn.{fn}: q must be (B, Nq, Hq, D) and k, v (B, Nk, Hkv, D); got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     # The op's layout is (B, H, N, D): a transposed view, no copy (the kernels take any row stride).
-    out, lse = _forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, scale=softmax_scale,
-                           bottom_right=True, deterministic=deterministic, **_window(fn, window_size))
+    args = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal)
+    mask = dict(scale=softmax_scale, bottom_right=True, deterministic=deterministic, **_window(fn, window_size))
     # flash-attn returns O contiguous in (B, N, H, D). The op lays O out in q's order of dimensions, so for a
     # contiguous q this is a view (.contiguous() copies only for other q layouts).
+    if not return_attn_probs:
+        return _attend(*args, **mask).transpose(1, 2).contiguous()
+    out, lse = _forward_op(*args, **mask)
     return _result(out.transpose(1, 2).contiguous(), lse, return_attn_probs)
 
 

@@ -20,6 +20,9 @@ constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; } 
 constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
 constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
 constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
+// Note [exp2 on the FMA pipe] (hopper_ptx.cuh): every 4th 8-key block's exponentials on the FMA pipe (5 of a
+// 176-key tile's 22) where MUFU bounds the tile (d = 64); d = 80 and 128 wait on the tensor cores, not MUFU.
+constexpr int fwd_exp_poly(int d) { return d == 64 ? 4 : 0; }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound
@@ -64,6 +67,7 @@ struct HopperTileCheck {
   static_assert(wgmma_width_generated(fwd_block_n(D)), "S = Q K^T uses a wgmma of N = fwd_block_n(D): add it to NS "
                                                        "in src/kernels/hopper/generate_wgmma.py and run it");
   static_assert(fwd_consumers(D) >= 1 && fwd_consumers(D) <= 3, "one producer and 1-3 consumer warpgroups");
+  static_assert(fwd_exp_poly(D) >= 0, "fwd_exp_poly: 0 (every exponential on MUFU) or a period");
   static_assert(fwd_ping_pong_valid(fwd_consumers(D), fwd_ping_pong(D)), "fwd_ping_pong needs two consumers");
   static_assert(fwd_fits_smem(D, fwd_block_n(D), fwd_consumers(D)), "forward: Q and two K/V stages exceed 225 KB");
   static_assert(bwd_block_m_valid(bwd_block_m(D)), "bwd_block_m: 64 or 128 queries per tile");
