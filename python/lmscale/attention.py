@@ -8,7 +8,7 @@ with what PyTorch 2.x asks of a custom op:
 - the autograd formula of the forward ops (``register_autograd``): ``setup_context`` saves q, k, v, O
   and the logsumexp L (and the varlen offsets) with ``save_for_backward``; backward calls the backward
   op. So ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq). Eager calls
-  of ``lmscale.flash_attention`` and ``lmscale.flash_attn`` take the same formula as a plain
+  of ``lmscale.flash_attention`` and ``lmscale.flash_attn`` outside autocast take the same formula as a plain
   ``autograd.Function`` (``_EagerAttention``: the same saved tensors, a fraction of the wrapper's host time).
 
 Every op takes the mask and scale as keyword-only arguments after ``is_causal``: ``scale``,
@@ -322,9 +322,10 @@ class _EagerAttention(torch.autograd.Function):
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, **mask: Any) -> torch.Tensor:
     """O, differentiable: the (O, L) op with its ``register_autograd`` formula when torch.compile traces (what
-    AOTAutograd reads), the same formula as ``_EagerAttention`` in eager."""
-    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and
-                                             (q.requires_grad or k.requires_grad or v.requires_grad)):
+    AOTAutograd reads) and under autocast (the op's C++ autocast rule casts below that formula, so it saves the
+    cast inputs), the same formula as ``_EagerAttention`` in other eager calls."""
+    if (torch.compiler.is_compiling() or torch.is_autocast_enabled(q.device.type) or
+            not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         return _forward_op(q, k, v, is_causal, **mask)[0]
     return _EagerAttention.apply(q, k, v, is_causal, mask)
 
