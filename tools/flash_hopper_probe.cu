@@ -236,9 +236,9 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP, int E = 0>
+template <int D, int N, int C, bool PP>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, E>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
 template <int D>
@@ -246,14 +246,14 @@ std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
   return {};
 #else
-  // eK: every K-th 8-key block's exponentials on the FMA pipe (Note [exp2 on the FMA pipe]).
   if constexpr (D == 64)
-    return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_e2"),
-            variant<D, 176, 2, true, 3>("n176c2pp_e3"), variant<D, 176, 2, true, 6>("n176c2pp_e6")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
   else if constexpr (D == 80)
-    return {variant<D, 96, 3, false, 4>("n96c3_e4"), variant<D, 96, 3, false, 6>("n96c3_e6")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
+            variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
   else
-    return {variant<D, 128, 2, false, 4>("n128c2_e4"), variant<D, 128, 2, false, 8>("n128c2_e8")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
 #endif
 }
 

@@ -302,8 +302,10 @@ def test_output_takes_q_order_of_dimensions():
     qs, ks, vs = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     o2 = ops.flash_attention(qs, ks, vs, True)
     assert o2.transpose(1, 2).is_contiguous()
+    # fp32 tolerance, not bitwise: the CPU reference's matmuls may take another BLAS path for strided inputs (seen:
+    # 3.6e-7 apart on one machine, equal on another); the layout is what this test is about.
     torch.testing.assert_close(o2, ops.flash_attention(qs.contiguous(), ks.contiguous(), vs.contiguous(), True),
-                               rtol=0, atol=0)
+                               rtol=1e-5, atol=1e-6)
     torch.library.opcheck(ops.flash_attention_forward.default, (qt.requires_grad_(), kt, vt, True))
     torch.library.opcheck(ops.flash_attention.default, (qs, ks, vs, True))
 

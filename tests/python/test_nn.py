@@ -274,7 +274,12 @@ def test_calls_that_record_no_graph_skip_the_python_autograd_kernel(device):
     x = torch.randn(3, 8, device=device, requires_grad=True)
     assert "autograd_impl" in python_autograd_calls(lambda: lnn.rms_norm(x, torch.ones(8, device=device)))
     q = torch.randn(1, 2, 4, 16, device=device, requires_grad=True)  # head dim 16: the smallest with a CUDA kernel
+    # Attention's eager calls take the same formula as a plain autograd.Function (attention.py, _attend), whose
+    # host time is a fraction of the register_autograd kernel's; under autocast the registered formula runs.
     o = lmscale.flash_attention(q, q, q, is_causal=True)
+    assert type(o.grad_fn).__name__ == "_EagerAttentionBackward"
+    with torch.autocast(device, dtype=torch.bfloat16):
+        o = lmscale.flash_attention(q, q, q, is_causal=True)
     assert type(o.grad_fn).__name__.startswith("GeneratedBackwardFor_lmscale_flash_attention_forward")
 
 

@@ -36,16 +36,13 @@
 namespace lmscale::kernels::hopper {
 
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
-// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]); kExpPoly > 0 moves the exponentials of
-// every kExpPoly-th 8-key column block of S from MUFU to the FMA pipe (Note [exp2 on the FMA pipe]; 0: all on
-// MUFU). FwdShipped picks per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kExpPoly_ = 0>
+// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
-  static constexpr int kExpPoly = kExpPoly_;
   static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
@@ -77,12 +74,11 @@ struct FwdConfig {
   static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
-  static_assert(kExpPoly >= 0, "kExpPoly: 0 (every exponential on MUFU) or the period of the FMA-pipe blocks");
 };
 
 // The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_exp_poly(D)>;
+using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)>;
 
 struct FwdMaps {
   CUtensorMap q, k, v;
@@ -351,13 +347,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
-      // Note [exp2 on the FMA pipe]: i is a constant once unrolled, so each block picks its pipe at compile time.
-      const bool on_fma = C::kExpPoly > 0 && i % (C::kExpPoly > 0 ? C::kExpPoly : 1) == C::kExpPoly - 1;
-      auto ex2 = [on_fma](float x) { return on_fma ? exp2_fma(x) : fast_exp2(x); };
-      s_acc[4 * i] = ex2(fmaf(s_acc[4 * i], scale_log2, -base_a));
-      s_acc[4 * i + 1] = ex2(fmaf(s_acc[4 * i + 1], scale_log2, -base_a));
-      s_acc[4 * i + 2] = ex2(fmaf(s_acc[4 * i + 2], scale_log2, -base_b));
-      s_acc[4 * i + 3] = ex2(fmaf(s_acc[4 * i + 3], scale_log2, -base_b));
+      s_acc[4 * i] = fast_exp2(fmaf(s_acc[4 * i], scale_log2, -base_a));
+      s_acc[4 * i + 1] = fast_exp2(fmaf(s_acc[4 * i + 1], scale_log2, -base_a));
+      s_acc[4 * i + 2] = fast_exp2(fmaf(s_acc[4 * i + 2], scale_log2, -base_b));
+      s_acc[4 * i + 3] = fast_exp2(fmaf(s_acc[4 * i + 3], scale_log2, -base_b));
       sum_a += s_acc[4 * i] + s_acc[4 * i + 1];
       sum_b += s_acc[4 * i + 2] + s_acc[4 * i + 3];
     }

@@ -12,7 +12,8 @@ namespace lmscale::kernels::hopper {
 
 // Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)> (flash_fwd_hopper.cuh). From
 // the variant sweeps of tools/flash_hopper_probe.cu on an H100 (docs/flash_notes.md, Hopper v2 and v3): d=64
-// is exp-bound (MUFU work equals tensor work per tile), so it takes longer key tiles and ping-pong; d=80
+// spends as many MUFU cycles per tile as tensor-core cycles, so it takes longer key tiles and ping-pong (moving
+// exponentials to the FMA pipe was slower: docs/flash_history.md, "Tried and dropped: exp2 on the FMA pipe"); d=80
 // (seq 2048 in the 2.7B model) gains most from a third consumer group (192-row blocks) with 96-key tiles,
 // the largest that fit 128 registers per thread without serialising the wgmmas; d=128 is tensor-bound and
 // keeps 128 x 128 with two groups.
@@ -20,9 +21,6 @@ constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; } 
 constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
 constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
 constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
-// Note [exp2 on the FMA pipe] (hopper_ptx.cuh): every 4th 8-key block's exponentials on the FMA pipe (5 of a
-// 176-key tile's 22) where MUFU bounds the tile (d = 64); d = 80 and 128 wait on the tensor cores, not MUFU.
-constexpr int fwd_exp_poly(int d) { return d == 64 ? 4 : 0; }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound
@@ -67,7 +65,6 @@ struct HopperTileCheck {
   static_assert(wgmma_width_generated(fwd_block_n(D)), "S = Q K^T uses a wgmma of N = fwd_block_n(D): add it to NS "
                                                        "in src/kernels/hopper/generate_wgmma.py and run it");
   static_assert(fwd_consumers(D) >= 1 && fwd_consumers(D) <= 3, "one producer and 1-3 consumer warpgroups");
-  static_assert(fwd_exp_poly(D) >= 0, "fwd_exp_poly: 0 (every exponential on MUFU) or a period");
   static_assert(fwd_ping_pong_valid(fwd_consumers(D), fwd_ping_pong(D)), "fwd_ping_pong needs two consumers");
   static_assert(fwd_fits_smem(D, fwd_block_n(D), fwd_consumers(D)), "forward: Q and two K/V stages exceed 225 KB");
   static_assert(bwd_block_m_valid(bwd_block_m(D)), "bwd_block_m: 64 or 128 queries per tile");

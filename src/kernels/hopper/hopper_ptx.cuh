@@ -201,20 +201,4 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Note [exp2 on the FMA pipe]. 2^x for the softmax's x <= 0 without MUFU, whose 16 results per clock and SM are
-// what the d = 64 forward's exponentials wait on (as many MUFU cycles per tile as tensor-core cycles): x = j + f
-// with j = round(x) by the 1.5 * 2^23 addition and f in [-0.5, 0.5], 2^f by a degree-3 polynomial (coefficients
-// fitted for the least largest relative error: 7.5e-5, under the 2^-9 of bf16 P and the 2^-11 of fp16 P), and j
-// added into the exponent bits: about ten FMA- and ALU-pipe instructions in place of one MUFU one. x below -126
-// gives 0, as ex2 does for -inf: a masked entry must add exactly nothing, or a row that sees no key would divide
-// its O by a tiny sum instead of writing 0. __fadd_rn keeps the rounding trick's two additions from being folded.
-__device__ __forceinline__ float exp2_fma(float x) {
-  const float xc = fmaxf(x, -126.f);
-  const float t = __fadd_rn(xc, 12582912.f);  // round(xc) in t's low mantissa bits
-  const float f = xc - __fadd_rn(t, -12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.0551716648f, f, 0.24261117f), f, 0.693260968f), f, 0.999928057f);
-  const float y = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x >= -126.f ? y : 0.f;
-}
-
 }  // namespace lmscale::kernels::hopper
