@@ -300,34 +300,37 @@ def flash_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 class _EagerAttention(torch.autograd.Function):
-    """The (O, L) op's autograd formula as a plain ``autograd.Function`` (q, k, v, O and L saved, so
+    """The forward ops' autograd formula as a plain ``autograd.Function`` (q, k, v, O and L saved, so
     ``o.grad_fn.saved_tensors`` reads as with the op), for eager calls: ``register_autograd``'s wrapper around an
     op (its metadata, its dispatch below autograd, the context's keyword dict) costs several times the host time of
     a plain Function on every call, which decides small shapes (the xl step's 4 x 25 x 512 x 64, ~0.1 ms of
-    kernels)."""
+    kernels). ``args`` follow q, k, v as the ops take them: ``(is_causal,)``, or for packed batches
+    ``(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal)``."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, mask: dict):
-        o, L = _forward_op(q, k, v, is_causal, **mask)
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
+        o, L = (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)
         ctx.save_for_backward(q, k, v, o, L)
-        ctx.is_causal, ctx.mask = is_causal, mask
+        ctx.args, ctx.mask = args, mask
         return o
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor):
         q, k, v, o, L = ctx.saved_tensors
-        dq, dk, dv = _backward_op(q, k, v, o, L, dout, ctx.is_causal, **ctx.mask)
+        backward_op = _varlen_backward_op if len(ctx.args) > 1 else _backward_op
+        dq, dk, dv = backward_op(q, k, v, o, L, dout, *ctx.args, **ctx.mask)
         return dq, dk, dv, None, None
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, **mask: Any) -> torch.Tensor:
-    """O, differentiable: the (O, L) op with its ``register_autograd`` formula when torch.compile traces (what
-    AOTAutograd reads) and under autocast (the op's C++ autocast rule casts below that formula, so it saves the
-    cast inputs), the same formula as ``_EagerAttention`` in other eager calls."""
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mask: Any) -> torch.Tensor:
+    """O, differentiable, of the dense or (with the offsets in ``args``) packed forward op: the op with its
+    ``register_autograd`` formula when torch.compile traces (what AOTAutograd reads) and under autocast (the ops'
+    C++ autocast rule casts below that formula, so it saves the cast inputs), the same formula as
+    ``_EagerAttention`` in other eager calls."""
     if (torch.compiler.is_compiling() or torch.is_autocast_enabled(q.device.type) or
             not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
-        return _forward_op(q, k, v, is_causal, **mask)[0]
-    return _EagerAttention.apply(q, k, v, is_causal, mask)
+        return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)[0]
+    return _EagerAttention.apply(q, k, v, args, mask)
 
 
 class FlashAttentionFunction(torch.autograd.Function):

@@ -145,9 +145,12 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
         raise ValueError("lmscale.flash_attn.flash_attn_varlen_func: block_table (a paged KV cache) is not "
                          "supported. Pass block_table=None with K/V packed by cu_seqlens_k.")
     _refuse_unsupported("flash_attn_varlen_func", dropout_p, softcap, alibi_slopes)
-    out, lse = _varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                                  scale=softmax_scale, bottom_right=True, deterministic=deterministic,
-                                  **_window("flash_attn_varlen_func", window_size))
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
+    mask = dict(scale=softmax_scale, bottom_right=True, deterministic=deterministic,
+                **_window("flash_attn_varlen_func", window_size))
+    if not return_attn_probs:
+        return _attend(*args, **mask)
+    out, lse = _varlen_forward_op(*args, **mask)
     return _result(out, lse, return_attn_probs)
 
 

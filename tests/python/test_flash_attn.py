@@ -419,3 +419,29 @@ def test_meta_inputs_mixed_with_cpu_are_refused():
     qm = q.to("meta")
     o, L = torch.ops.lmscale.flash_attention_varlen_forward(qm[0], qm[0], qm[0], cu.to("meta"), cu.to("meta"), 8, 8)
     assert o.shape == (2, 8, 16) and L.shape == (8, 2) and o.device.type == "meta"
+
+
+# ---------------------------------------------------------------- the eager path
+def test_eager_calls_are_the_registered_formula_bit_for_bit():
+    """Eager calls run the ops' autograd formula as a plain autograd.Function (for its host time, attention.py
+    _attend); O and the gradients are the registered formula's exactly, dense and packed."""
+    from lmscale.attention import _forward_op, _varlen_forward_op
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 9, 4, 16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(2, 9, 4, 16)
+    out = flash_attn_func(q, k, v, causal=True, window_size=(3, 0))
+    ref = _forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True, bottom_right=True,
+                      window_left=3, window_right=0)[0].transpose(1, 2)
+    assert type(ref.grad_fn.next_functions[0][0]).__name__.startswith("GeneratedBackwardFor")
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), dout), torch.autograd.grad(ref, (q, k, v), dout)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    cu = torch.tensor([0, 3, 3, 11], dtype=torch.int32)  # an empty document among them
+    qp, kp, vp = (torch.randn(11, 4, 16, requires_grad=True) for _ in range(3))
+    dp = torch.randn(11, 4, 16)
+    o = flash_attn_varlen_func(qp, kp, vp, cu, cu, 8, 8, causal=True)
+    assert type(o.grad_fn).__name__ == "_EagerAttentionBackward"
+    r = _varlen_forward_op(qp, kp, vp, cu, cu, 8, 8, True, bottom_right=True)[0]
+    torch.testing.assert_close(o, r, rtol=0, atol=0)
+    for got, want in zip(torch.autograd.grad(o, (qp, kp, vp), dp), torch.autograd.grad(r, (qp, kp, vp), dp)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
