@@ -1,6 +1,6 @@
 """Attention for the models people train, timed as a flash-attn or SDPA user calls it: lmscale's kernels
 (``lmscale.flash_attn``) beside SDPA's cuDNN and flash backends (and, for packed batches, SDPA over jagged
-nested tensors) on grouped-query heads, packed documents, sliding windows and the xl training shape. One
+nested tensors) on grouped-query heads, packed documents, sliding windows and the models' training shapes. One
 process; every case's impls are timed twice, in the given order and then reversed, and each phase's two
 medians averaged (a GPU's clocks drift over a run: the impl timed last would pay for the others' heat).
 
@@ -13,7 +13,9 @@ Cases (``--cases``; all by default):
   work inside documents.
 - ``window``      1 x 16 x 32768 x 128, causal with a 4096-key sliding window (``window_size=(4095, 0)``),
   beside full causal at the same shape
-- ``xl-step``     4 x 25 heads x 512 x 64, causal: the xl model's attention in its training step
+- ``xl-step``     4 x 25 heads x 512 x 64, causal: the xl model's attention in its training step (batch 4,
+  context 512, the default step); ``small-step``, ``medium-step``, ``large-step`` (12, 16, 20 heads x 64) and
+  ``2.7B-step`` (32 heads x 80) are the other sizes of docs/spec.md §1 at the same step
 
 Metrics per impl: ``fwd_ms`` (no autograd graph), ``fwdbwd_ms`` (forward, then ``autograd.grad`` of a fixed
 dO), their TFLOP/s (FlashAttention's convention: 4 D per visible (query, key) pair and head forward, 2.5x
@@ -199,7 +201,8 @@ def packed_case(d, impls, args):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default="gqa-8k,gqa-4k,packed-d64,packed-d128,window,xl-step")
+    ap.add_argument("--cases", default="gqa-8k,gqa-4k,packed-d64,packed-d128,window,small-step,medium-step,"
+                                       "large-step,xl-step,2.7B-step")
     ap.add_argument("--impls", default="lmscale,sdpa-cudnn,sdpa-flash")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
@@ -214,8 +217,10 @@ def main(argv=None) -> int:
                   date=result_records.utc_now(), command=command)
     units = {"fwd_ms": "ms", "fwdbwd_ms": "ms", "fwd_tflops": "TFLOP/s", "fwdbwd_tflops": "TFLOP/s",
              "kv_bytes": "bytes", "peak_extra_bytes": "bytes"}
-    shapes = {"gqa-8k": (1, 32, 8, 8192, 128, True, -1), "gqa-4k": (2, 32, 4, 4096, 64, True, -1),
-              "xl-step": (4, 25, 25, 512, 64, True, -1)}
+    shapes = {"gqa-8k": (1, 32, 8, 8192, 128, True, -1), "gqa-4k": (2, 32, 4, 4096, 64, True, -1)}
+    # Each size's attention in the default step (batch 4, context 512): its heads and head dim (spec.md §1).
+    for size, heads, d in (("small", 12, 64), ("medium", 16, 64), ("large", 20, 64), ("xl", 25, 64), ("2.7B", 32, 80)):
+        shapes[f"{size}-step"] = (4, heads, heads, 512, d, True, -1)
     for case in args.cases.split(","):
         fields = {"mode": case, "precision": "bf16", "causal": True}
         if case in shapes:

@@ -23,7 +23,7 @@
 #   attention      the attention leaderboard beside SDPA (ATTN_ARGS replaces its arguments)      [ATTN_S 60]
 #   attention-shapes  the attention goal shapes (16k x 128, 2048 x 80, 8k x 128, 4096 x 64 b4, xl) [SHAPES_S 120]
 #   attention-grid the causal grid: seq 1024-65536 x d 64/80/128 beside SDPA flash and cuDNN     [GRID_S 240]
-#   attention-layouts  GQA, packed documents, sliding window, the xl step's shape beside SDPA cuDNN,
+#   attention-layouts  GQA, packed documents, sliding window, each size's step shape beside SDPA cuDNN,
 #                  flash and jagged nested tensors (python -m lmscale.attention_layouts_bench)      [LAYOUTS_S 240]
 #   fp8-tests      the FP8, optimizer-overlap and fused-path GPU tests                            [GPU_TESTS_S 150]
 #   fp8-bench      bf16 and fp8 at BENCH_SIZES (small,xl,2.7B), optimizer overlap off             [FP8_S 150]
