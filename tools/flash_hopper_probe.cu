@@ -236,24 +236,26 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP>
+template <int D, int N, int C, bool PP, int QS = 1>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS>>};
 }
-// Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives.
+// Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives; _q2: two Q slots, the next
+// tile's Q loading while the last one runs (Note [persistent forward]); n128c2pp at d = 64: the shorter key tile a
+// packed batch's short documents waste less of.
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
   return {};
 #else
   if constexpr (D == 64)
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp"),
-            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3")};
+    return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_q2"),
+            variant<D, 128, 2, true>("n128c2pp"), variant<D, 128, 2, true, 2>("n128c2pp_q2"),
+            variant<D, 192, 2, true>("n192c2pp")};
   else if constexpr (D == 80)
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 3, false>("n128c3"),
-            variant<D, 96, 3, false>("n96c3"), variant<D, 80, 3, false>("n80c3")};
+    return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
   else
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 176, 2, true>("n176c2pp")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2")};
 #endif
 }
 

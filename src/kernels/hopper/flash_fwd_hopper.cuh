@@ -36,13 +36,15 @@
 namespace lmscale::kernels::hopper {
 
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
-// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]). FwdShipped picks per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_>
+// the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]); kQSlots Q tiles in shared memory (1, or
+// 2 so the next tile's Q loads while the last one is in use: Note [persistent forward]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
+  static constexpr int kQSlots = kQSlots_;
   static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
@@ -54,9 +56,9 @@ struct FwdConfig {
   static constexpr int kQBytes = kBlockM * kDPad * 2;
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // one K (or V) slot
   // As many K/V stages as fit next to Q in 227 KB (at most 4).
-  static constexpr int kStages = (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes) > 4
+  static constexpr int kStages = (227 * 1024 - 2048 - kQSlots * kQBytes) / (2 * kKVBytes) > 4
                                      ? 4
-                                     : (227 * 1024 - 2048 - kQBytes) / (2 * kKVBytes);
+                                     : (227 * 1024 - 2048 - kQSlots * kQBytes) / (2 * kKVBytes);
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file (240 each of
   // two, 160 each of three). ptxas spills a few words of the producer's tile walk (the tile counter, a packed batch's
@@ -68,9 +70,10 @@ struct FwdConfig {
                                            : ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8;
   // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
   // and the descriptors assume atom-aligned bases), then the barriers.
-  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKVBytes;
-  static constexpr int kTileOffset = kBarrierOffset + (2 + 4 * kStages) * 8;  // the tile the producer hands on
-  static constexpr int kSmemBytes = kTileOffset + 16 + 1024;                  // + alignment slack
+  static constexpr int kBarrierOffset = kQSlots * kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kTileOffset = kBarrierOffset + (2 * kQSlots + 4 * kStages) * 8;  // the tiles handed on
+  static constexpr int kSmemBytes = kTileOffset + 16 + 1024;                            // + alignment slack
+  static_assert(kQSlots == 1 || kQSlots == 2, "one Q slot, or two (the 16 bytes at kTileOffset hold one index each)");
   static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
@@ -101,8 +104,9 @@ struct FwdMaps {
 // slower than a grid of one block per tile, the snake packed documents 5-12 % slower (the counter: 8 % faster).
 // The K/V ring and its barriers run on across tiles and Q has an "empty" barrier of its own; with a block per tile,
 // every tile paid its block's start, its loads' latency and its pipeline's fill and drain (at 4 x 25 x 512 x 64,
-// 400 tiles of 1-3 key tiles; packed documents of ~1k tokens, ~4). Q is single-buffered: the next tile's Q loads
-// once the last S of the tile before is done.
+// 400 tiles of 1-3 key tiles; packed documents of ~1k tokens, ~4). With one Q slot (the shipped choice) the next
+// tile's Q loads once the last S of the tile before is done, and its K/V wait behind it; with kQSlots = 2 it loads
+// into the other slot while this tile runs (the producer then takes its next tile one tile earlier).
 // The tile a block's producer takes at its step-th turn; past the last: >= tile_count.
 __device__ __forceinline__ int fwd_next_tile(const FlashParams& p, int step, int tile_count) {
   if (p.fwd_tile_counter) return atomicAdd(p.fwd_tile_counter, 1);
@@ -155,12 +159,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
                                                                           const FlashParams p) {
   LMSCALE_HOPPER_KERNEL_PREAMBLE(C);
   unsigned char* sQ = smem;
-  unsigned char* sK = sQ + C::kQBytes;
+  unsigned char* sK = sQ + C::kQSlots * C::kQBytes;
   unsigned char* sV = sK + kStages * C::kKVBytes;
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
-  uint64_t* q_full = bar;
-  uint64_t* q_empty = bar + 1;
-  uint64_t* k_full = bar + 2;
+  uint64_t* q_full = bar;  // one per Q slot, then the Q slots' "empty" barriers
+  uint64_t* q_empty = bar + C::kQSlots;
+  uint64_t* k_full = bar + 2 * C::kQSlots;
   uint64_t* k_empty = k_full + kStages;
   uint64_t* v_full = k_empty + kStages;
   uint64_t* v_empty = v_full + kStages;
@@ -171,10 +175,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
-    // One arrival per consumer thread: each thread's read of the handed-on tile index is its own (racecheck does
-    // not see a warp barrier order other lanes' reads before lane 0's arrival).
-    mbar_init(q_empty, 128 * C::kConsumers);
+    for (int q = 0; q < C::kQSlots; ++q) {
+      mbar_init(&q_full[q], 1);
+      // One arrival per consumer thread: each thread's read of the handed-on tile index is its own (racecheck does
+      // not see a warp barrier order other lanes' reads before lane 0's arrival).
+      mbar_init(&q_empty[q], 128 * C::kConsumers);
+    }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
@@ -206,12 +212,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           seq = flash_seq(p, tile.b);
           keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, tile.m_block * kBlockM);
         }
-        // Hand the tile (or the end) on through q_full once the consumers are done with the last Q.
-        if (handed > 0) mbar_wait(q_empty, (handed - 1) & 1);
-        *s_tile = past ? tile_count : tile_index;
+        // Hand the tile (or the end) on through its Q slot's q_full once the consumers are done with the slot's
+        // last Q (the tile kQSlots before this one).
+        const int qs = handed % C::kQSlots;
+        if (handed >= C::kQSlots) mbar_wait(&q_empty[qs], ((handed - C::kQSlots) / C::kQSlots) & 1);
+        s_tile[qs] = past ? tile_count : tile_index;
         ++handed;
         if (keys.n_tiles == 0) {  // the end, or rows that see no key: nothing to load
-          mbar_arrive(q_full);
+          mbar_arrive(&q_full[qs]);
           if (past) break;
           continue;
         }
@@ -219,9 +227,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         const int m0 = tile.m_block * kBlockM;
         const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
         const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
-        mbar_arrive_expect_tx(q_full, C::kQBytes);
+        mbar_arrive_expect_tx(&q_full[qs], C::kQBytes);
         for (int c = 0; c < kChunks; ++c)
-          tma_load_4d(sQ + c * kBlockM * kSwB, &maps.q, q_full, c * kSwE, q_row, tile.h, tma_b);
+          tma_load_4d(sQ + qs * C::kQBytes + c * kBlockM * kSwB, &maps.q, &q_full[qs], c * kSwE, q_row, tile.h, tma_b);
         // Key tiles are walked from the last to the first, so the masked ones (diagonal, tail) come first.
         for (int it = 0; it < keys.n_tiles; ++it, ++ring) {
           const int n0 = keys.n_first + (keys.n_tiles - 1 - it) * kBlockN;
@@ -252,7 +260,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   const int r_a = wg * 64 + warp * 16 + lane / 4, r_b = r_a + 8;
   const int col_in_tile = 2 * (lane % 4);     // + 8 i + {0, 1} for the i-th 8-column block
 
-  const uint32_t q_base = smem_addr(sQ) + wg * 64 * kSwB;
+  const uint32_t q_rows = smem_addr(sQ) + wg * 64 * kSwB;  // this group's rows of Q slot 0
+  uint32_t q_base = q_rows;                                 // ... of the current tile's Q slot
   const uint32_t k_base = smem_addr(sK), v_base = smem_addr(sV);
   const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
   constexpr uint32_t kHiAtom = desc_hi<kSwB>(kAtomBytes);
@@ -446,10 +455,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   int handed = 0;  // tiles the producer handed on (q_full's phase), the end included
   int ring = 0;    // K/V tiles consumed so far: the ring position, across tiles
   for (;;) {
-    mbar_wait(q_full, handed & 1);  // the next tile's index; its Q too when it has keys to see
+    const int qs = handed % C::kQSlots;
+    mbar_wait(&q_full[qs], (handed / C::kQSlots) & 1);  // the next tile's index; its Q too when it has keys to see
     ++handed;
-    const int tile_index = *s_tile;
+    const int tile_index = s_tile[qs];
     if (tile_index >= tile_count) break;
+    q_base = q_rows + qs * C::kQBytes;
     FwdTile tile;
     fwd_tile<kBlockM>(p, tile_index, tile);  // the producer hands on only slots that hold a tile
     const int m0 = tile.m_block * kBlockM;
@@ -458,7 +469,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     const int n_first = keys.n_first, n_tiles = keys.n_tiles;
     if (n_tiles == 0) {
       // Rows that see no key at all (the whole tile): O = 0, L = +inf, nothing loaded.
-      mbar_arrive(q_empty);  // the index is read: the producer may hand on the next
+      mbar_arrive(&q_empty[qs]);  // the index is read: the producer may hand on the next
       if (pending) finish_pending(false);
     } else {
       const int s0 = ring % kStages;
@@ -531,7 +542,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         convert_p();
       }
       // Every S of this tile is done (and the index read): the producer may load the next tile's Q.
-      mbar_arrive(q_empty);
+      mbar_arrive(&q_empty[qs]);
       pv_pos = ring + n_tiles - 1;
       pending = true;
       ring += n_tiles;
