@@ -327,8 +327,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mas
     ``register_autograd`` formula when torch.compile traces (what AOTAutograd reads) and under autocast (the ops'
     C++ autocast rule casts below that formula, so it saves the cast inputs), the same formula as
     ``_EagerAttention`` in other eager calls."""
-    if (torch.compiler.is_compiling() or torch.is_autocast_enabled(q.device.type) or
-            not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+    device = q.device.type  # autocast exists for some device types only (not meta: shape inference on it runs too)
+    if (torch.compiler.is_compiling() or
+            not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or
+            (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device))):
         return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)[0]
     return _EagerAttention.apply(q, k, v, args, mask)
 

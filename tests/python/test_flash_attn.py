@@ -445,3 +445,12 @@ def test_eager_calls_are_the_registered_formula_bit_for_bit():
     torch.testing.assert_close(o, r, rtol=0, atol=0)
     for got, want in zip(torch.autograd.grad(o, (qp, kp, vp), dp), torch.autograd.grad(r, (qp, kp, vp), dp)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_meta_inputs_that_require_grad_infer_the_output():
+    """A model run on the meta device (shape inference, deferred init) gets O's shape through the eager path too."""
+    q = torch.randn(1, 2, 8, 16, device="meta", requires_grad=True)
+    o = lmscale.flash_attention(q, q, q, is_causal=True)
+    assert o.device.type == "meta" and o.shape == q.shape
+    out = flash_attn_func(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2), causal=True)
+    assert out.device.type == "meta" and out.shape == (1, 8, 2, 16)
