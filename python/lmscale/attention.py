@@ -307,15 +307,21 @@ class _EagerAttention(torch.autograd.Function):
     kernels). ``args`` follow q, k, v as the ops take them: ``(is_causal,)``, or for packed batches
     ``(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal)``."""
 
+    # forward + setup_context (not forward(ctx, ...)): the form torch.func's transforms accept.
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
-        o, L = (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)
-        ctx.save_for_backward(q, k, v, o, L)
-        ctx.args, ctx.mask = args, mask
-        return o
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
+        return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor):
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        q, k, v, args, mask = inputs
+        o, L = output
+        ctx.save_for_backward(q, k, v, o, L)
+        ctx.args, ctx.mask = args, mask
+        ctx.mark_non_differentiable(L)
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor, _dL: Optional[torch.Tensor]):
         q, k, v, o, L = ctx.saved_tensors
         backward_op = _varlen_backward_op if len(ctx.args) > 1 else _backward_op
         dq, dk, dv = backward_op(q, k, v, o, L, dout, *ctx.args, **ctx.mask)
@@ -332,7 +338,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mas
             not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or
             (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device))):
         return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)[0]
-    return _EagerAttention.apply(q, k, v, args, mask)
+    return _EagerAttention.apply(q, k, v, args, mask)[0]
 
 
 class FlashAttentionFunction(torch.autograd.Function):
