@@ -133,45 +133,45 @@ def _varlen_backward_fake(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, max_s
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
-    q, k, v, is_causal = inputs
+def _forward_op_for(args: tuple):
+    """The forward op that takes ``args`` after q, k, v: ``(is_causal,)`` for the dense one, ``(cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal)`` for packed batches."""
+    return _varlen_forward_op if len(args) > 1 else _forward_op
+
+
+def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict,
+          output: tuple) -> None:
+    """What the forward ops' autograd formula keeps, registered or eager: q, k, v, O, L (and a packed batch's
+    offsets) saved for backward, the other arguments and the mask on ctx. L is a by-product for backward: no
+    gradient flows through it."""
     o, L = output
-    ctx.save_for_backward(q, k, v, o, L)
-    ctx.is_causal = is_causal
-    ctx.mask = {**_MASK_DEFAULTS, **keyword_only_inputs}
-    ctx.mark_non_differentiable(L)  # L is a by-product for backward; no gradient flows through it
-
-
-def _backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor]):
-    q, k, v, o, L = ctx.saved_tensors
-    if dout is None:  # only L was used downstream: nothing reaches q, k, v
-        return None, None, None, None
-    dq, dk, dv = _backward_op(q, k, v, o, L, dout, ctx.is_causal, **ctx.mask)
-    return dq, dk, dv, None
-
-
-torch.library.register_autograd("lmscale::flash_attention_forward", _backward, setup_context=_setup_context)
-
-
-def _varlen_setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal = inputs
-    o, L = output
-    ctx.save_for_backward(q, k, v, o, L, cu_seqlens_q, cu_seqlens_k)
-    ctx.args = (max_seqlen_q, max_seqlen_k, is_causal)
-    ctx.mask = {**_MASK_DEFAULTS, **keyword_only_inputs}
+    offsets = args[:2] if len(args) > 1 else ()
+    ctx.save_for_backward(q, k, v, o, L, *offsets)
+    ctx.scalars, ctx.n_args = args[len(offsets):], len(args)
+    ctx.mask = {**_MASK_DEFAULTS, **mask}
     ctx.mark_non_differentiable(L)
 
 
-def _varlen_backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor]):
-    q, k, v, o, L, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+def _grads(ctx: Any, dout: Optional[torch.Tensor]) -> tuple:
+    """(dq, dk, dv) by the backward op of the forward that ran; Nones when only L was used downstream."""
+    q, k, v, o, L, *offsets = ctx.saved_tensors
     if dout is None:
-        return (None,) * 8
-    dq, dk, dv = _varlen_backward_op(q, k, v, o, L, dout, cu_seqlens_q, cu_seqlens_k, *ctx.args, **ctx.mask)
-    return dq, dk, dv, None, None, None, None, None
+        return None, None, None
+    backward_op = _varlen_backward_op if offsets else _backward_op
+    return backward_op(q, k, v, o, L, dout, *offsets, *ctx.scalars, **ctx.mask)
 
 
-torch.library.register_autograd("lmscale::flash_attention_varlen_forward", _varlen_backward,
-                                setup_context=_varlen_setup_context)
+def _setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
+    q, k, v, *args = inputs
+    _save(ctx, q, k, v, tuple(args), keyword_only_inputs, output)
+
+
+def _backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor]):
+    return (*_grads(ctx, dout), *(None,) * ctx.n_args)
+
+
+for _name in ("lmscale::flash_attention_forward", "lmscale::flash_attention_varlen_forward"):
+    torch.library.register_autograd(_name, _backward, setup_context=_setup_context)
 
 
 def _refuse_double_backward(ctx: Any, *grads: Any):
@@ -310,22 +310,16 @@ class _EagerAttention(torch.autograd.Function):
     # forward + setup_context (not forward(ctx, ...)): the form torch.func's transforms accept.
     @staticmethod
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
-        return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)
+        return _forward_op_for(args)(q, k, v, *args, **mask)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         q, k, v, args, mask = inputs
-        o, L = output
-        ctx.save_for_backward(q, k, v, o, L)
-        ctx.args, ctx.mask = args, mask
-        ctx.mark_non_differentiable(L)
+        _save(ctx, q, k, v, args, mask, output)
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, _dL: Optional[torch.Tensor]):
-        q, k, v, o, L = ctx.saved_tensors
-        backward_op = _varlen_backward_op if len(ctx.args) > 1 else _backward_op
-        dq, dk, dv = backward_op(q, k, v, o, L, dout, *ctx.args, **ctx.mask)
-        return dq, dk, dv, None, None
+        return (*_grads(ctx, dout), None, None)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mask: Any) -> torch.Tensor:
@@ -337,7 +331,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mas
     if (torch.compiler.is_compiling() or
             not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or
             (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device))):
-        return (_varlen_forward_op if len(args) > 1 else _forward_op)(q, k, v, *args, **mask)[0]
+        return _forward_op_for(args)(q, k, v, *args, **mask)[0]
     return _EagerAttention.apply(q, k, v, args, mask)[0]
 
 

@@ -70,9 +70,7 @@ def _dense(fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     mask = dict(scale=softmax_scale, bottom_right=True, deterministic=deterministic, **_window(fn, window_size))
     # flash-attn returns O contiguous in (B, N, H, D). The op lays O out in q's order of dimensions, so for a
     # contiguous q this is a view (.contiguous() copies only for other q layouts).
-    if not return_attn_probs:
-        return _attend(*args, **mask).transpose(1, 2).contiguous()
-    out, lse = _forward_op(*args, **mask)
+    out, lse = _forward_op(*args, **mask) if return_attn_probs else (_attend(*args, **mask), None)
     return _result(out.transpose(1, 2).contiguous(), lse, return_attn_probs)
 
 
@@ -148,9 +146,7 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
     mask = dict(scale=softmax_scale, bottom_right=True, deterministic=deterministic,
                 **_window("flash_attn_varlen_func", window_size))
-    if not return_attn_probs:
-        return _attend(*args, **mask)
-    out, lse = _varlen_forward_op(*args, **mask)
+    out, lse = _varlen_forward_op(*args, **mask) if return_attn_probs else (_attend(*args, **mask), None)
     return _result(out, lse, return_attn_probs)
 
 
