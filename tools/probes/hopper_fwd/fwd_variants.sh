@@ -26,5 +26,5 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   PROBE_DOCS=16 "$H" time 1 16 16384 64 1 bf16 30 all
   PROBE_DOCS=16 "$H" time 1 16 16384 128 1 bf16 30 all
 done >"$OUT/time.txt" 2>&1
-cat "$OUT/checks.txt" | tail -3
+tail -3 "$OUT/checks.txt"
 grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitizer.txt"
