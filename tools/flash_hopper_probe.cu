@@ -242,7 +242,8 @@ Variant variant(const char* name) {
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives; _q2: two Q slots, the next
 // tile's Q loading while the last one runs (Note [persistent forward]); n128c2pp at d = 64: the shorter key tile a
-// packed batch's short documents waste less of.
+// packed batch's short documents waste less of; n128c3 at d = 64: 192-row blocks, a third fewer tiles to pay the
+// per-tile cost of where the tiles are short (GQA at 4k, packed documents).
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -251,7 +252,8 @@ std::vector<Variant> variants() {
   if constexpr (D == 64)
     return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_q2"),
             variant<D, 128, 2, true>("n128c2pp"), variant<D, 128, 2, true, 2>("n128c2pp_q2"),
-            variant<D, 192, 2, true>("n192c2pp")};
+            variant<D, 192, 2, true>("n192c2pp"),   variant<D, 128, 3, false>("n128c3"),
+            variant<D, 128, 3, false, 2>("n128c3_q2")};
   else if constexpr (D == 80)
     return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
   else
@@ -260,10 +262,15 @@ std::vector<Variant> variants() {
 }
 
 // PROBE_STATIC_TILES=1: the Hopper forward's fixed tile shares instead of its dynamic order (make_params).
-// PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each). PROBE_DOCS=n (batch 1): the sequence packed as n
+// PROBE_BSHD=1: q, k, v, o in (B, S, H, D) rows (flash-attn's layout, what the product's benchmarks pass) instead of
+// (B, H, S, D). PROBE_QUEUED=1: the mean of calls queued back to back (queued_ms) instead of the median of
+// synchronised ones. The shipped kernel is timed again after the variants, so drift over the run shows.
+// PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each, K and V in their own n-head layout). PROBE_DOCS=n (batch 1): the sequence packed as n
 // documents of random lengths (seed 5), a varlen call; FLOPs count only the work inside the documents.
 int time(const Case& c, int iters, bool all) {
-  const Layout L = make_layout(c.b, c.h, c.s, c.d, false);
+  const bool bshd = std::getenv("PROBE_BSHD") != nullptr, queued = std::getenv("PROBE_QUEUED") != nullptr;
+  const Layout L = make_layout(c.b, c.h, c.s, c.d, bshd);
+  auto clock = [&](auto&& f) { return queued ? queued_ms(f, iters) : median_ms(f, iters); };
   void *q, *k, *v, *o;
   float* lse;
   std::mt19937 rng(7);
@@ -277,7 +284,14 @@ int time(const Case& c, int iters, bool all) {
   CHECK(cudaMalloc(&lse, int64_t(c.b) * c.h * c.s * 4));
   auto p = make_params(c, L, q, k, v, o, lse);
   double flop = 4.0 * c.b * c.h * double(c.s) * c.s * c.d / (c.causal ? 2 : 1);
-  if (const char* hk = std::getenv("PROBE_HEADS_K")) p.heads_k = std::atoi(hk);
+  if (const char* hk = std::getenv("PROBE_HEADS_K")) {
+    // K and V laid out with their own heads (buffers sized for h are big enough), as a GQA caller's are.
+    p.heads_k = std::atoi(hk);
+    const Layout Lk = make_layout(c.b, p.heads_k, c.s, c.d, bshd);
+    p.k_batch_stride = p.v_batch_stride = Lk.batch;
+    p.k_head_stride = p.v_head_stride = Lk.head;
+    p.k_row_stride = p.v_row_stride = Lk.row;
+  }
   int* cu = nullptr;
   if (const char* docs_env = std::getenv("PROBE_DOCS")) {
     const int docs = std::atoi(docs_env);
@@ -301,17 +315,19 @@ int time(const Case& c, int iters, bool all) {
     p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
     std::printf("packed: %d documents, longest %d\n", docs, longest);
   }
-  const float th = median_ms([&] { lk::hopper::run_fwd(p, nullptr); }, iters);
-  const float tm = cu ? 0.f : median_ms([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); }, iters);
-  std::printf("time %s b=%d h=%d hk=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
-              c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d, c.causal, th, flop / th / 1e9, tm,
+  const float th = clock([&] { lk::hopper::run_fwd(p, nullptr); });
+  const float tm = cu ? 0.f : clock([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); });
+  std::printf("time%s%s %s b=%d h=%d hk=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
+              bshd ? " bshd" : "", queued ? " queued" : "", c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d, c.causal, th, flop / th / 1e9, tm,
               tm > 0 ? flop / tm / 1e9 : 0.0);
   if (all && c.bf16) {
     const auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
     for (const auto& var : vs) {
-      const float t = median_ms([&] { var.fn(p, nullptr); }, iters);
+      const float t = clock([&] { var.fn(p, nullptr); });
       std::printf("  variant %-9s %.3f ms (%.0f TFLOP/s)\n", var.name, t, flop / t / 1e9);
     }
+    const float again = clock([&] { lk::hopper::run_fwd(p, nullptr); });
+    std::printf("  shipped again %.3f ms (%.0f TFLOP/s)\n", again, flop / again / 1e9);
   }
   for (void* x : {q, k, v, o}) CHECK(cudaFree(x));
   CHECK(cudaFree(lse));

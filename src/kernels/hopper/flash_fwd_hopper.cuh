@@ -81,7 +81,7 @@ struct FwdConfig {
 
 // The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
 template <typename T, int D>
-using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)>;
+using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_q_slots(D)>;
 
 struct FwdMaps {
   CUtensorMap q, k, v;
@@ -104,9 +104,10 @@ struct FwdMaps {
 // slower than a grid of one block per tile, the snake packed documents 5-12 % slower (the counter: 8 % faster).
 // The K/V ring and its barriers run on across tiles and Q has an "empty" barrier of its own; with a block per tile,
 // every tile paid its block's start, its loads' latency and its pipeline's fill and drain (at 4 x 25 x 512 x 64,
-// 400 tiles of 1-3 key tiles; packed documents of ~1k tokens, ~4). With one Q slot (the shipped choice) the next
-// tile's Q loads once the last S of the tile before is done, and its K/V wait behind it; with kQSlots = 2 it loads
-// into the other slot while this tile runs (the producer then takes its next tile one tile earlier).
+// 400 tiles of 1-3 key tiles; packed documents of ~1k tokens, ~4). With one Q slot the next
+// tile's Q loads once the last S of the tile before is done, and its K/V wait behind it; with kQSlots = 2 (the shipped
+// choice, fwd_q_slots) it loads into the other slot while this tile runs (the producer then takes its next tile one
+// tile earlier).
 // The tile a block's producer takes at its step-th turn; past the last: >= tile_count.
 __device__ __forceinline__ int fwd_next_tile(const FlashParams& p, int step, int tile_count) {
   if (p.fwd_tile_counter) return atomicAdd(p.fwd_tile_counter, 1);

@@ -10,7 +10,7 @@ namespace lmscale::kernels::hopper {
 
 // ---- the choices
 
-// Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D)> (flash_fwd_hopper.cuh). From
+// Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_q_slots(D)> (flash_fwd_hopper.cuh). From
 // the variant sweeps of tools/flash_hopper_probe.cu on an H100 (docs/flash_notes.md, Hopper v2 and v3): d=64
 // spends as many MUFU cycles per tile as tensor-core cycles, so it takes longer key tiles and ping-pong (moving
 // exponentials to the FMA pipe was slower: docs/flash_history.md, "Tried and dropped: exp2 on the FMA pipe"); d=80
@@ -21,6 +21,11 @@ constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; } 
 constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
 constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
 constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
+// Two Q slots (the next query tile's Q loads while the last one runs, Note [persistent forward]) at every head dim:
+// H200, docs/results/runs/2026-12-02-b6aacbf-attention-probe, against one slot in the same call: GQA 2 x 32q/4kv x
+// 4096 x 64 -7 %, 16 packed documents -9 % (d 64) / -4 % (d 128), the xl step -10 %, 2048 x 80 -3.5 %, GQA 8k x
+// 128 -1 %, 16k x 128 -1 %; 16k x 64 +1.4 % (within that run's drift). d = 128 keeps two K/V stages beside them.
+constexpr int fwd_q_slots(int) { return 2; }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound
@@ -43,9 +48,10 @@ constexpr int kSmemBudget = 227 * 1024 - 2048;
 // the 64-byte swizzle's 32-column chunks (80 -> 96; TMA zero-fills the padding).
 constexpr int padded_head_dim(int d) { return d % 64 == 0 ? d : (d + 31) / 32 * 32; }
 
-// The forward keeps Q and at least two stages of K and V (double buffering) in shared memory (2-byte elements).
-constexpr bool fwd_fits_smem(int d, int block_n, int consumers) {
-  return 64 * consumers * padded_head_dim(d) * 2 + 2 * 2 * block_n * padded_head_dim(d) * 2 <= kSmemBudget;
+// The forward keeps its Q slots and at least two stages of K and V (double buffering) in shared memory (2-byte
+// elements).
+constexpr bool fwd_fits_smem(int d, int block_n, int consumers, int q_slots) {
+  return q_slots * 64 * consumers * padded_head_dim(d) * 2 + 2 * 2 * block_n * padded_head_dim(d) * 2 <= kSmemBudget;
 }
 
 // Ping-pong alternates exactly two consumer groups; FwdConfig drops it silently for any other count.
@@ -66,7 +72,9 @@ struct HopperTileCheck {
                                                        "in src/kernels/hopper/generate_wgmma.py and run it");
   static_assert(fwd_consumers(D) >= 1 && fwd_consumers(D) <= 3, "one producer and 1-3 consumer warpgroups");
   static_assert(fwd_ping_pong_valid(fwd_consumers(D), fwd_ping_pong(D)), "fwd_ping_pong needs two consumers");
-  static_assert(fwd_fits_smem(D, fwd_block_n(D), fwd_consumers(D)), "forward: Q and two K/V stages exceed 225 KB");
+  static_assert(fwd_q_slots(D) == 1 || fwd_q_slots(D) == 2, "fwd_q_slots: one or two Q tiles in shared memory");
+  static_assert(fwd_fits_smem(D, fwd_block_n(D), fwd_consumers(D), fwd_q_slots(D)),
+                "forward: the Q slots and two K/V stages exceed 225 KB");
   static_assert(bwd_block_m_valid(bwd_block_m(D)), "bwd_block_m: 64 or 128 queries per tile");
   static_assert(wgmma_width_generated(bwd_block_m(D)), "S^T = K Q^T uses a wgmma of N = bwd_block_m(D): add it to NS "
                                                        "in src/kernels/hopper/generate_wgmma.py and run it");

@@ -19,7 +19,7 @@ TEST(FlashHopperTiles, EveryHopperHeadDimHasATileTheRulesAccept) {
     EXPECT_TRUE(wgmma_width_generated(fwd_block_n(d)));
     EXPECT_EQ(fwd_block_m(d), 64 * fwd_consumers(d));
     EXPECT_TRUE(fwd_ping_pong_valid(fwd_consumers(d), fwd_ping_pong(d)));
-    EXPECT_TRUE(fwd_fits_smem(d, fwd_block_n(d), fwd_consumers(d)));
+    EXPECT_TRUE(fwd_fits_smem(d, fwd_block_n(d), fwd_consumers(d), fwd_q_slots(d)));
     EXPECT_TRUE(bwd_block_m_valid(bwd_block_m(d)));
     EXPECT_TRUE(wgmma_width_generated(bwd_block_m(d)));
     std::printf("d=%d: forward %d x %d (%d consumers%s), backward %d-query tiles\n", d, fwd_block_m(d), fwd_block_n(d),
@@ -32,8 +32,10 @@ TEST(FlashHopperTiles, TheRulesRejectBadTiles) {
   EXPECT_FALSE(wgmma_width_generated(0));
   EXPECT_FALSE(fwd_ping_pong_valid(3, true));
   EXPECT_TRUE(fwd_ping_pong_valid(3, false));
-  EXPECT_FALSE(fwd_fits_smem(128, 256, 2)) << "Q 32 KB + 2 x (K + V) of 64 KB each";
-  EXPECT_TRUE(fwd_fits_smem(128, 128, 2));
+  EXPECT_FALSE(fwd_fits_smem(128, 256, 2, 1)) << "Q 32 KB + 2 x (K + V) of 64 KB each";
+  EXPECT_TRUE(fwd_fits_smem(128, 128, 2, 1));
+  EXPECT_TRUE(fwd_fits_smem(128, 128, 2, 2)) << "two Q slots of 32 KB + 2 x (K + V) of 32 KB each";
+  EXPECT_FALSE(fwd_fits_smem(128, 176, 2, 2)) << "two Q slots of 32 KB + 2 x (K + V) of 44 KB each";
   EXPECT_FALSE(bwd_block_m_valid(96));
   EXPECT_FALSE(bwd_block_m_valid(256));
 }
