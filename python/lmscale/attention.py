@@ -142,14 +142,12 @@ def _forward_op_for(args: tuple):
 def _save(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict,
           output: tuple) -> None:
     """What the forward ops' autograd formula keeps, registered or eager: q, k, v, O, L (and a packed batch's
-    offsets) saved for backward, the other arguments and the mask on ctx. L is a by-product for backward: no
-    gradient flows through it."""
+    offsets) saved for backward, the other arguments and the mask on ctx."""
     o, L = output
     offsets = args[:2] if len(args) > 1 else ()
     ctx.save_for_backward(q, k, v, o, L, *offsets)
     ctx.scalars, ctx.n_args = args[len(offsets):], len(args)
     ctx.mask = {**_MASK_DEFAULTS, **mask}
-    ctx.mark_non_differentiable(L)
 
 
 def _grads(ctx: Any, dout: Optional[torch.Tensor]) -> tuple:
@@ -164,6 +162,10 @@ def _grads(ctx: Any, dout: Optional[torch.Tensor]) -> tuple:
 def _setup_context(ctx: Any, inputs: tuple, keyword_only_inputs: dict, output: tuple) -> None:
     q, k, v, *args = inputs
     _save(ctx, q, k, v, tuple(args), keyword_only_inputs, output)
+    # L is a by-product for backward: no gradient flows through it, and none is made up for it (materialised,
+    # an unused L's gradient would be a zero-filled (..., Nq) tensor every backward).
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx: Any, dout: Optional[torch.Tensor], _dL: Optional[torch.Tensor]):
@@ -305,20 +307,21 @@ class _EagerAttention(torch.autograd.Function):
     op (its metadata, its dispatch below autograd, the context's keyword dict) costs several times the host time of
     a plain Function on every call, which decides small shapes (the xl step's 4 x 25 x 512 x 64, ~0.1 ms of
     kernels). ``args`` follow q, k, v as the ops take them: ``(is_causal,)``, or for packed batches
-    ``(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal)``."""
+    ``(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal)``.
 
-    # forward + setup_context (not forward(ctx, ...)): the form torch.func's transforms accept.
-    @staticmethod
-    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
-        return _forward_op_for(args)(q, k, v, *args, **mask)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        q, k, v, args, mask = inputs
-        _save(ctx, q, k, v, args, mask, output)
+    forward(ctx, ...) with O its only output, not the forward + setup_context form: ``apply`` of that form binds
+    its arguments through ``inspect.signature`` on every call, and an L output would get a zero-filled gradient
+    each backward; the two cost more host time per call than the kernels of the small steps (H200,
+    tools/probes/attention_host)."""
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor, _dL: Optional[torch.Tensor]):
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: tuple, mask: dict):
+        o, L = _forward_op_for(args)(q, k, v, *args, **mask)
+        _save(ctx, q, k, v, args, mask, (o, L))
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor):
         return (*_grads(ctx, dout), None, None)
 
 
@@ -332,7 +335,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mas
             not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or
             (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device))):
         return _forward_op_for(args)(q, k, v, *args, **mask)[0]
-    return _EagerAttention.apply(q, k, v, args, mask)[0]
+    return _EagerAttention.apply(q, k, v, args, mask)
 
 
 class FlashAttentionFunction(torch.autograd.Function):

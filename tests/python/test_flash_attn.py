@@ -447,6 +447,31 @@ def test_eager_calls_are_the_registered_formula_bit_for_bit():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_backward_runs_the_backward_op_and_no_fill():
+    """The backward of an eager call and of the registered formula is the backward op and views: no zero-filled
+    gradient is made up for the L the forward returns beside O (a kernel and an allocation per call)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from lmscale.attention import _forward_op
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (torch.randn(2, 9, 4, 16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(2, 9, 4, 16)
+    registered = _forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True)[0].transpose(1, 2)
+    for out in (flash_attn_func(q, k, v, causal=True), registered):
+        with Ops() as ops:
+            torch.autograd.grad(out, (q, k, v), dout)
+        assert "lmscale.flash_attention_backward" in ops.names, ops.names
+        assert not [n for n in ops.names if "fill" in n or "zero" in n], ops.names
+
+
 def test_meta_inputs_that_require_grad_infer_the_output():
     """A model run on the meta device (shape inference, deferred init) gets O's shape through the eager path too."""
     q = torch.randn(1, 2, 8, 16, device="meta", requires_grad=True)
