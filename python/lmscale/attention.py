@@ -9,7 +9,8 @@ with what PyTorch 2.x asks of a custom op:
   and the logsumexp L (and the varlen offsets) with ``save_for_backward``; backward calls the backward
   op. So ``o.grad_fn.saved_tensors`` lists those five tensors, L being the one of shape (..., Nq). Eager calls
   of ``lmscale.flash_attention`` and ``lmscale.flash_attn`` outside autocast take the same formula as a plain
-  ``autograd.Function`` (``_EagerAttention``: the same saved tensors, a fraction of the wrapper's host time).
+  ``autograd.Function`` (``_EagerAttention``: the same saved tensors, a fraction of the wrapper's host time), and
+  ``flash_attn_func``'s dense calls the O-only op's C++ Function (less host time still; a C++ grad_fn).
 
 Every op takes the mask and scale as keyword-only arguments after ``is_causal``: ``scale``,
 ``bottom_right`` (the causal diagonal's alignment: SDPA's top-left by default, FlashAttention's
@@ -42,6 +43,7 @@ _forward_op = torch.ops.lmscale.flash_attention_forward.default
 _backward_op = torch.ops.lmscale.flash_attention_backward.default
 _varlen_forward_op = torch.ops.lmscale.flash_attention_varlen_forward.default
 _varlen_backward_op = torch.ops.lmscale.flash_attention_varlen_backward.default
+_attention_op = torch.ops.lmscale.flash_attention.default  # O only; autograd by the C++ Function
 
 # The keyword-only arguments every op shares after is_causal (the mask, the scale, the backward's
 # determinism; src/ops/flash_attention.cpp, docs/spec.md §3.6), with their defaults.
@@ -325,16 +327,21 @@ class _EagerAttention(torch.autograd.Function):
         return (*_grads(ctx, dout), None, None)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **mask: Any) -> torch.Tensor:
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, cpp_node: bool = False,
+            **mask: Any) -> torch.Tensor:
     """O, differentiable, of the dense or (with the offsets in ``args``) packed forward op: the op with its
     ``register_autograd`` formula when torch.compile traces (what AOTAutograd reads) and under autocast (the ops'
     C++ autocast rule casts below that formula, so it saves the cast inputs), the same formula as
-    ``_EagerAttention`` in other eager calls."""
+    ``_EagerAttention`` in other eager calls. ``cpp_node``: a dense eager call may take the O-only op's C++
+    autograd Function instead (the same forward and backward ops, the least host time per call; its grad_fn is a C++
+    node, whose saved tensors Python cannot read), for callers that promise no one inspects them."""
     device = q.device.type  # autocast exists for some device types only (not meta: shape inference on it runs too)
     if (torch.compiler.is_compiling() or
             not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or
             (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device))):
         return _forward_op_for(args)(q, k, v, *args, **mask)[0]
+    if cpp_node and len(args) == 1:
+        return _attention_op(q, k, v, *args, **mask)
     return _EagerAttention.apply(q, k, v, args, mask)
 
 

@@ -70,7 +70,8 @@ def _dense(fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     mask = dict(scale=softmax_scale, bottom_right=True, deterministic=deterministic, **_window(fn, window_size))
     # flash-attn returns O contiguous in (B, N, H, D). The op lays O out in q's order of dimensions, so for a
     # contiguous q this is a view (.contiguous() copies only for other q layouts).
-    out, lse = _forward_op(*args, **mask) if return_attn_probs else (_attend(*args, **mask), None)
+    # flash-attn's autograd node is nobody's contract: the C++ one (cpp_node) costs the least host time per call.
+    out, lse = _forward_op(*args, **mask) if return_attn_probs else (_attend(*args, cpp_node=True, **mask), None)
     return _result(out.transpose(1, 2).contiguous(), lse, return_attn_probs)
 
 

@@ -423,8 +423,9 @@ def test_meta_inputs_mixed_with_cpu_are_refused():
 
 # ---------------------------------------------------------------- the eager path
 def test_eager_calls_are_the_registered_formula_bit_for_bit():
-    """Eager calls run the ops' autograd formula as a plain autograd.Function (for its host time, attention.py
-    _attend); O and the gradients are the registered formula's exactly, dense and packed."""
+    """Eager calls run the ops' autograd formula outside register_autograd's wrapper (for its host time, attention.py
+    _attend): dense ones through the O-only op's C++ Function, packed ones as a plain autograd.Function; O and the
+    gradients are the registered formula's exactly."""
     from lmscale.attention import _forward_op, _varlen_forward_op
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 9, 4, 16, requires_grad=True) for _ in range(3))
@@ -433,6 +434,8 @@ def test_eager_calls_are_the_registered_formula_bit_for_bit():
     ref = _forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True, bottom_right=True,
                       window_left=3, window_right=0)[0].transpose(1, 2)
     assert type(ref.grad_fn.next_functions[0][0]).__name__.startswith("GeneratedBackwardFor")
+    # flash_attn_func's dense calls take the O-only op's C++ autograd Function (its host time is the least).
+    assert "FlashAttentionFunction" in out.grad_fn.next_functions[0][0].name()
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), dout), torch.autograd.grad(ref, (q, k, v), dout)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
