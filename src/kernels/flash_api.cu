@@ -169,6 +169,15 @@ int flash_bwd_group_split(const FlashParams& p) {
 #endif
 }
 
+bool flash_fwd_writes_every_row(const FlashParams& p) {
+  if (p.dtype == FlashDtype::kFP32) return false;
+#ifdef LMSCALE_FA_HOPPER
+  return p.path != FlashPath::kMmaSync && hopper::fwd_unsupported_reason(p).empty();  // hopper_chosen's test
+#else
+  return false;
+#endif
+}
+
 bool flash_bwd_can_be_deterministic(const FlashParams& p) {
   if (p.dtype == FlashDtype::kFP32) return true;
 #ifdef LMSCALE_FA_HOPPER

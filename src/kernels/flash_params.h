@@ -104,6 +104,11 @@ std::string flash_supported_list();
 // the dK, dV sums would be added in any order).
 int flash_bwd_group_split(const FlashParams& p);
 
+// True when run_flash_fwd writes every row of O and L for `p`, a packed batch's rows in no sequence (past the last
+// offset) included (O = 0, L = +inf): the Hopper forward. Otherwise the caller fills O with zeros and L with +inf
+// before the call.
+bool flash_fwd_writes_every_row(const FlashParams& p);
+
 // Launch on `stream` (a cudaStream_t passed as void* so this header needs no CUDA include).
 // Throw std::runtime_error (file, line, kernel) on an unsupported config or any CUDA error.
 void run_flash_fwd(const FlashParams& params, void* stream);

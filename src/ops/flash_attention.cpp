@@ -314,9 +314,10 @@ void set_packed_shape(kernels::FlashParams& p, const at::Tensor& q3, const at::T
   set_mask(p, mask, max_q, max_k);
 }
 
-// Packed forward: (O (total_q, Hq, D), L (Hq, total_q)). Rows in no sequence (past the last offset) keep O = 0 and
-// L = +inf, filled here (the offsets stay on the device: reading the last one would synchronise every call); a batch
-// whose longest sequence has no query or no key launches nothing.
+// Packed forward: (O (total_q, Hq, D), L (Hq, total_q)). Rows in no sequence (past the last offset) get O = 0 and
+// L = +inf: from the kernels where they write every row (kernels::flash_fwd_writes_every_row: the Hopper forward),
+// else filled here first (the offsets stay on the device: reading the last one would synchronise every call); a
+// batch whose longest sequence has no query or no key launches nothing.
 std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                          const at::Tensor& cu_q, const at::Tensor& cu_k, int64_t max_q,
                                                          int64_t max_k, const FlashMask& mask, double scale) {
@@ -325,11 +326,14 @@ std::tuple<at::Tensor, at::Tensor> kernel_varlen_forward(const at::Tensor& q, co
   auto q3 = as_packed(q), k3 = as_packed(k), v3 = as_packed(v);
   auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
   const bool launch = max_q > 0 && max_k > 0;
-  auto o3 = at::zeros(q3.sizes(), q3.options());
-  auto L2 = at::full({q3.size(1), q3.size(0)}, std::numeric_limits<float>::infinity(), q3.options().dtype(at::kFloat));
-  if (!launch) return {o3, L2};
   auto p = make_params(q3, k3, v3, scale);
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
+  const bool filled_by_kernel = launch && kernels::flash_fwd_writes_every_row(p);
+  auto o3 = filled_by_kernel ? at::empty(q3.sizes(), q3.options()) : at::zeros(q3.sizes(), q3.options());
+  auto L2 = filled_by_kernel ? at::empty({q3.size(1), q3.size(0)}, q3.options().dtype(at::kFloat))
+                             : at::full({q3.size(1), q3.size(0)}, std::numeric_limits<float>::infinity(),
+                                        q3.options().dtype(at::kFloat));
+  if (!launch) return {o3, L2};
   p.o = o3.data_ptr();
   p.lse = L2.data_ptr<float>();
   auto tile_counter = at::empty({1}, q3.options().dtype(at::kInt));  // the Hopper forward's tile order
