@@ -6,7 +6,7 @@ synchronisation at the end (host-bound calls: the host's time per call), and the
 attention_layouts_bench.timed measures it; the kernels one call launches come from torch.profiler.
 Retire: when the step shapes' fwd+bwd is no slower than cuDNN's (issue 40, item 6) and the bench shows it.
 
-    python tools/probes/attention_host/host_time.py [--out FILE.jsonl]
+    python tools/probes/attention_host/host_time.py [--out FILE.json]
 """
 import argparse
 import json
@@ -106,10 +106,9 @@ def main():
                 rows.append(row)
                 print(f"{shape:5s} {mode:6s} {name:34s} host {host_ms:.3f} ms  events {event_ms:.3f} ms  "
                       f"{len(kernels)} kernels {gpu_us:.0f} us", flush=True)
-    if args.out:
+    if args.out:  # one JSON list, not bench records (lmscale report reads *.jsonl as those)
         with open(args.out, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+            json.dump(rows, f, indent=0)
 
 
 if __name__ == "__main__":
