@@ -252,7 +252,7 @@ std::vector<Variant> variants() {
   if constexpr (D == 64)
     return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_q2"),
             variant<D, 128, 2, true>("n128c2pp"), variant<D, 128, 2, true, 2>("n128c2pp_q2"),
-            variant<D, 192, 2, true>("n192c2pp"),   variant<D, 128, 3, false>("n128c3"),
+            variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3"),
             variant<D, 128, 3, false, 2>("n128c3_q2")};
   else if constexpr (D == 80)
     return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
@@ -265,8 +265,9 @@ std::vector<Variant> variants() {
 // PROBE_BSHD=1: q, k, v, o in (B, S, H, D) rows (flash-attn's layout, what the product's benchmarks pass) instead of
 // (B, H, S, D). PROBE_QUEUED=1: the mean of calls queued back to back (queued_ms) instead of the median of
 // synchronised ones. The shipped kernel is timed again after the variants, so drift over the run shows.
-// PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each, K and V in their own n-head layout). PROBE_DOCS=n (batch 1): the sequence packed as n
-// documents of random lengths (seed 5), a varlen call; FLOPs count only the work inside the documents.
+// PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each, K and V in their own n-head layout). PROBE_DOCS=n
+// (batch 1): the sequence packed as n documents of random lengths (seed 5), a varlen call; FLOPs count only the work
+// inside the documents.
 int time(const Case& c, int iters, bool all) {
   const bool bshd = std::getenv("PROBE_BSHD") != nullptr, queued = std::getenv("PROBE_QUEUED") != nullptr;
   const Layout L = make_layout(c.b, c.h, c.s, c.d, bshd);
@@ -317,9 +318,10 @@ int time(const Case& c, int iters, bool all) {
   }
   const float th = clock([&] { lk::hopper::run_fwd(p, nullptr); });
   const float tm = cu ? 0.f : clock([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); });
-  std::printf("time%s%s %s b=%d h=%d hk=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms (%.0f TFLOP/s)\n",
-              bshd ? " bshd" : "", queued ? " queued" : "", c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d, c.causal, th, flop / th / 1e9, tm,
-              tm > 0 ? flop / tm / 1e9 : 0.0);
+  std::printf("time%s%s %s b=%d h=%d hk=%d s=%d d=%d causal=%d  hopper %.3f ms (%.0f TFLOP/s)  mma.sync %.3f ms "
+              "(%.0f TFLOP/s)\n",
+              bshd ? " bshd" : "", queued ? " queued" : "", c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d,
+              c.causal, th, flop / th / 1e9, tm, tm > 0 ? flop / tm / 1e9 : 0.0);
   if (all && c.bf16) {
     const auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
     for (const auto& var : vs) {

@@ -149,6 +149,20 @@ void run_flash_bwd(const FlashParams& params, void* stream) {
   dispatch<true>(params, stream);
 }
 
+namespace {
+// hopper_chosen's answer without the forced path's error: whether the Hopper forward (or backward) takes `p`, for the
+// queries below, which must agree with what run_flash_fwd / run_flash_bwd run.
+bool hopper_applies(const FlashParams& p, bool backward) {
+#ifdef LMSCALE_FA_HOPPER
+  if (p.path == FlashPath::kMmaSync) return false;
+  return (backward ? hopper::bwd_unsupported_reason(p) : hopper::fwd_unsupported_reason(p)).empty();
+#else
+  (void)p, (void)backward;
+  return false;
+#endif
+}
+}  // namespace
+
 // Note [group split]. The Hopper backward's block walks the query tiles of the query heads of one K/V head, so with
 // grouped heads there are group times fewer blocks than with as many K/V heads as query heads, each group times
 // longer: 2 x 32q/4kv x 4096 x 64 gave 256 blocks on 132 SMs, the longest (key block 0, causal) alone a quarter of
@@ -158,7 +172,7 @@ int flash_bwd_group_split(const FlashParams& p) {
   const int group = flash_group(p);
   if (group <= 1 || p.dq_semaphore || p.dtype == FlashDtype::kFP32) return 1;
 #ifdef LMSCALE_FA_HOPPER
-  if (p.path == FlashPath::kMmaSync || !hopper::bwd_unsupported_reason(p).empty()) return 1;
+  if (!hopper_applies(p, /*backward=*/true)) return 1;
   const int64_t blocks = static_cast<int64_t>((p.seqlen_k + 127) / 128) * p.batch * flash_heads_k(p);
   const int64_t wanted = 8 * static_cast<int64_t>(current_sm_count());
   for (int split = 1; split < group; ++split)
@@ -170,21 +184,11 @@ int flash_bwd_group_split(const FlashParams& p) {
 }
 
 bool flash_fwd_writes_every_row(const FlashParams& p) {
-  if (p.dtype == FlashDtype::kFP32) return false;
-#ifdef LMSCALE_FA_HOPPER
-  return p.path != FlashPath::kMmaSync && hopper::fwd_unsupported_reason(p).empty();  // hopper_chosen's test
-#else
-  return false;
-#endif
+  return p.dtype != FlashDtype::kFP32 && hopper_applies(p, /*backward=*/false);
 }
 
 bool flash_bwd_can_be_deterministic(const FlashParams& p) {
-  if (p.dtype == FlashDtype::kFP32) return true;
-#ifdef LMSCALE_FA_HOPPER
-  return p.path != FlashPath::kMmaSync && hopper::bwd_unsupported_reason(p).empty();
-#else
-  return false;
-#endif
+  return p.dtype == FlashDtype::kFP32 || hopper_applies(p, /*backward=*/true);
 }
 
 }  // namespace lmscale::kernels
