@@ -24,7 +24,8 @@ constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }              
 // Two Q slots (the next query tile's Q loads while the last one runs, Note [persistent forward]) at every head dim:
 // H200, docs/results/runs/2026-12-02-b6aacbf-attention-probe, against one slot in the same call: GQA 2 x 32q/4kv x
 // 4096 x 64 -7 %, 16 packed documents -9 % (d 64) / -4 % (d 128), the xl step -10 %, 2048 x 80 -3.5 %, GQA 8k x
-// 128 -1 %, 16k x 128 -1 %; 16k x 64 +1.4 % (within that run's drift). d = 128 keeps two K/V stages beside them.
+// 128 -1 %, 16k x 128 -1 %; 16k x 64 +1.4 % there (within that run's drift), -3 % in the next call's
+// (2026-12-03-ac66b1e-attention-q2). d = 128 keeps two K/V stages beside them.
 constexpr int fwd_q_slots(int) { return 2; }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
