@@ -240,10 +240,12 @@ template <int D, int N, int C, bool PP, int QS = 1>
 Variant variant(const char* name) {
   return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS>>};
 }
-// Per head dim: v1's n128c2, the shipped one (FwdShipped) and the nearest alternatives; _q2: two Q slots, the next
+// Per head dim: v1's n128c2, the shipped one (FwdShipped: "shipped" in `time` dispatches as the product does, so at
+// short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
 // tile's Q loading while the last one runs (Note [persistent forward]); n128c2pp at d = 64: the shorter key tile a
 // packed batch's short documents waste less of; n128c3 at d = 64: 192-row blocks, a third fewer tiles to pay the
-// per-tile cost of where the tiles are short (GQA at 4k, packed documents).
+// per-tile cost of where the tiles are short (GQA at 4k, packed documents); at d = 128 ping-pong and 160-key tiles,
+// the nearest alternatives for the GQA 8k x 128 forward.
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -257,7 +259,8 @@ std::vector<Variant> variants() {
   else if constexpr (D == 80)
     return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
   else
-    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2")};
+    return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2"),
+            variant<D, 128, 2, true, 2>("n128c2pp_q2"), variant<D, 160, 2, false, 2>("n160c2_q2")};
 #endif
 }
 

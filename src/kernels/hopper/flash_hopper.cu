@@ -16,7 +16,7 @@
 #include "kernels/flash_sequence.cuh"
 #include "kernels/sm_count.h"
 #include "kernels/hopper/flash_bwd_hopper.cuh"  // BwdShipped
-#include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped
+#include "kernels/hopper/flash_fwd_hopper.cuh"  // FwdShipped, FwdShort
 #include "kernels/hopper/flash_hopper_tiles.h"
 
 namespace lmscale::kernels::hopper {
@@ -32,8 +32,16 @@ namespace {
 template <typename T>
 bool fwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
   bool ran = false;
-  with_head_dim(HopperHeadDims{}, p.head_dim,
-                [&](auto d) { ran = launch_fwd<FwdShipped<T, decltype(d)::value>>(p, stream); });
+  with_head_dim(HopperHeadDims{}, p.head_dim, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (fwd_has_short_tile(D)) {
+      if (fwd_takes_short_tile(D, p.is_causal, p.seqlen_k)) {
+        ran = launch_fwd<FwdShort<T, D>>(p, stream);
+        return;
+      }
+    }
+    ran = launch_fwd<FwdShipped<T, D>>(p, stream);
+  });
   return ran;
 }
 

@@ -27,6 +27,18 @@ constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }              
 // 128 -1 %, 16k x 128 -1 %; 16k x 64 +1.4 % there (within that run's drift), -3 % in the next call's
 // (2026-12-03-ac66b1e-attention-q2). d = 128 keeps two K/V stages beside them.
 constexpr int fwd_q_slots(int) { return 2; }
+// Short causal calls (the longest key sequence at most kFwdShortKeys: the training steps' context, packed documents)
+// take 128-key tiles with ping-pong at d = 64 and 128 instead (FwdShort): their query tiles walk a few key tiles, so
+// what a tile costs beyond its key tiles and the overshoot of the diagonal decide. H200, probe, both kernels in one
+// call (docs/results/runs/2026-12-03-bfc65a3-short-tiles): d 64 causal 8 x 16 x 1024 -5 %, 4 x 16 x 2048 level,
+// 2 x 16 x 4096 +4 %, the xl step -8 %, 16 packed documents in 16k -4 %, 64 -10 %, 8 +2 %; non-causal 1024 / 2048
+// +4 / +5 % (so not taken there). d 128 causal 1024 -5 %, 2048 -3 %, packed 16 / 64 / 8 documents -7 / -4 / -4 %.
+constexpr int kFwdShortKeys = 2048;
+constexpr bool fwd_has_short_tile(int d) { return d == 64 || d == 128; }
+constexpr int fwd_short_block_n(int) { return 128; }
+constexpr bool fwd_takes_short_tile(int d, bool causal, int seqlen_k) {
+  return fwd_has_short_tile(d) && causal && seqlen_k <= kFwdShortKeys;
+}
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
 // (docs/flash_notes.md, backward v5): 128-query tiles at d = 64, where S^T / dP^T of 64 x 64 would be bound

@@ -20,11 +20,23 @@ TEST(FlashHopperTiles, EveryHopperHeadDimHasATileTheRulesAccept) {
     EXPECT_EQ(fwd_block_m(d), 64 * fwd_consumers(d));
     EXPECT_TRUE(fwd_ping_pong_valid(fwd_consumers(d), fwd_ping_pong(d)));
     EXPECT_TRUE(fwd_fits_smem(d, fwd_block_n(d), fwd_consumers(d), fwd_q_slots(d)));
+    if (fwd_has_short_tile(d)) {  // FwdShort: two ping-pong consumer groups
+      EXPECT_TRUE(wgmma_width_generated(fwd_short_block_n(d)));
+      EXPECT_TRUE(fwd_fits_smem(d, fwd_short_block_n(d), 2, fwd_q_slots(d)));
+    }
     EXPECT_TRUE(bwd_block_m_valid(bwd_block_m(d)));
     EXPECT_TRUE(wgmma_width_generated(bwd_block_m(d)));
     std::printf("d=%d: forward %d x %d (%d consumers%s), backward %d-query tiles\n", d, fwd_block_m(d), fwd_block_n(d),
                 fwd_consumers(d), fwd_ping_pong(d) ? ", ping-pong" : "", bwd_block_m(d));
   }
+}
+
+TEST(FlashHopperTiles, OnlyShortCausalCallsTakeTheShortTile) {
+  EXPECT_TRUE(fwd_takes_short_tile(64, true, 512));
+  EXPECT_TRUE(fwd_takes_short_tile(128, true, kFwdShortKeys));
+  EXPECT_FALSE(fwd_takes_short_tile(64, true, kFwdShortKeys + 1)) << "long calls keep the shipped tile";
+  EXPECT_FALSE(fwd_takes_short_tile(64, false, 512)) << "non-causal calls keep the shipped tile";
+  EXPECT_FALSE(fwd_takes_short_tile(80, true, 512)) << "d = 80 has no short tile";
 }
 
 TEST(FlashHopperTiles, TheRulesRejectBadTiles) {
