@@ -30,7 +30,7 @@ constexpr int fwd_q_slots(int) { return 2; }
 // Short causal calls (the longest key sequence at most kFwdShortKeys: the training steps' context, packed documents)
 // take 128-key tiles with ping-pong at d = 64 and 128 instead (FwdShort): their query tiles walk a few key tiles, so
 // what a tile costs beyond its key tiles and the overshoot of the diagonal decide. H200, probe, both kernels in one
-// call (docs/results/runs/2026-12-03-bfc65a3-short-tiles): d 64 causal 8 x 16 x 1024 -5 %, 4 x 16 x 2048 level,
+// call (docs/results/runs/2026-12-04-bfc65a3-short-tiles): d 64 causal 8 x 16 x 1024 -5 %, 4 x 16 x 2048 level,
 // 2 x 16 x 4096 +4 %, the xl step -8 %, 16 packed documents in 16k -4 %, 64 -10 %, 8 +2 %; non-causal 1024 / 2048
 // +4 / +5 % (so not taken there). d 128 causal 1024 -5 %, 2048 -3 %, packed 16 / 64 / 8 documents -7 / -4 / -4 %.
 constexpr int kFwdShortKeys = 2048;
