@@ -187,6 +187,10 @@ bool flash_fwd_writes_every_row(const FlashParams& p) {
   return p.dtype != FlashDtype::kFP32 && hopper_applies(p, /*backward=*/false);
 }
 
+bool flash_bwd_writes_every_key_row(const FlashParams& p) {
+  return p.dtype != FlashDtype::kFP32 && hopper_applies(p, /*backward=*/true);
+}
+
 bool flash_bwd_can_be_deterministic(const FlashParams& p) {
   return p.dtype == FlashDtype::kFP32 || hopper_applies(p, /*backward=*/true);
 }

@@ -109,6 +109,10 @@ int flash_bwd_group_split(const FlashParams& p);
 // before the call.
 bool flash_fwd_writes_every_row(const FlashParams& p);
 
+// True when run_flash_bwd writes every row of dK and dV for `p`, a packed batch's key rows in no sequence (past the
+// last offset) included (zeros): the Hopper backward. Otherwise the caller zeroes dK and dV before the call.
+bool flash_bwd_writes_every_key_row(const FlashParams& p);
+
 // Launch on `stream` (a cudaStream_t passed as void* so this header needs no CUDA include).
 // Throw std::runtime_error (file, line, kernel) on an unsupported config or any CUDA error.
 void run_flash_fwd(const FlashParams& params, void* stream);

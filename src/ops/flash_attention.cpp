@@ -353,14 +353,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
   auto L2 = L.contiguous();
   auto cu_q32 = cu_q.contiguous(), cu_k32 = cu_k.contiguous();
   const bool launch = max_q > 0 && max_k > 0;
-  // Rows in no sequence are never written by the kernels, so they start at 0 (dQ of the tensor-core paths is
-  // written everywhere: their conversion covers every row, 0 where L is +inf; the fp32 kernels write it per sequence).
-  const bool fp32 = q3.scalar_type() == at::kFloat;
-  auto dq3 = !launch || fp32 ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
-  auto dk3 = at::zeros(k3.sizes(), k3.options()), dv3 = at::zeros(v3.sizes(), v3.options());
-  if (!launch) return {dq3, dk3, dv3};
   auto p = make_params(q3, k3, v3, scale);
   set_packed_shape(p, q3, k3, v3, cu_q32, cu_k32, max_q, max_k, mask);
+  // Rows in no sequence start at 0 where the kernels do not write them (dQ of the tensor-core paths is written
+  // everywhere: their conversion covers every row, 0 where L is +inf; the fp32 kernels write it per sequence; dK and
+  // dV everywhere by the Hopper backward: kernels::flash_bwd_writes_every_key_row).
+  const bool fp32 = q3.scalar_type() == at::kFloat;
+  const bool kv_filled = launch && kernels::flash_bwd_writes_every_key_row(p);
+  auto dq3 = !launch || fp32 ? at::zeros(q3.sizes(), q3.options()) : at::empty(q3.sizes(), q3.options());
+  auto dk3 = kv_filled ? at::empty(k3.sizes(), k3.options()) : at::zeros(k3.sizes(), k3.options());
+  auto dv3 = kv_filled ? at::empty(v3.sizes(), v3.options()) : at::zeros(v3.sizes(), v3.options());
+  if (!launch) return {dq3, dk3, dv3};
   const int64_t heads = q3.size(1);
   auto workspace = set_workspaces(p, q3, heads * q3.size(0), p.batch * heads, /*packed=*/true);
   set_backward_pointers(p, o3, L2, do3, dq3, dk3, dv3);

@@ -100,6 +100,23 @@ __global__ void fill_rows_past_offsets(const FlashParams p) {
   }
 }
 
+// The same for dK and dV (flash_bwd_writes_every_key_row): the key rows past the last offset are zeros, so the op
+// allocates dK and dV without zeroing them (zeroing both cost ~22 us at 16k x 16 x 64, 3 % of a packed fwd + bwd).
+// The backward writes every key row inside a sequence, those no query sees included, as in a dense batch.
+__global__ void zero_key_rows_past_offsets(const FlashParams p) {
+  const int row0 = p.cu_seqlens_k[p.batch], heads_k = flash_heads_k(p);
+  const int pairs = p.head_dim / 2;
+  const int64_t rows = static_cast<int64_t>(p.total_k - row0) * heads_k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t rh = i / pairs;
+    const int c = static_cast<int>(i - rh * pairs) * 2;
+    const int64_t at = (row0 + rh / heads_k) * p.dk_row_stride + (rh % heads_k) * p.dk_head_stride + c;
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dk) + at) = 0u;
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dv) + at) = 0u;
+  }
+}
+
 }  // namespace
 
 std::string fwd_unsupported_reason(const FlashParams& p) {
@@ -128,6 +145,10 @@ void run_bwd(const FlashParams& p, void* stream) {
   if (!ran) {
     const std::string why = bwd_unsupported_reason(p);
     throw std::runtime_error("run_flash_bwd (hopper): " + (why.empty() ? "cuTensorMapEncodeTiled rejected q/k/v/dout" : why));
+  }
+  if (flash_varlen(p) && p.total_k > 0) {
+    zero_key_rows_past_offsets<<<current_sm_count(), 256, 0, s>>>(p);
+    LMSCALE_CUDA_CHECK(cudaGetLastError());
   }
 }
 
