@@ -84,7 +84,7 @@ template <typename T, int D>
 using FwdShipped = FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_q_slots(D)>;
 // The variant of short causal calls where the head dim has one (fwd_takes_short_tile, flash_hopper_tiles.h).
 template <typename T, int D>
-using FwdShort = FwdConfig<T, D, fwd_short_block_n(D), 2, true, fwd_q_slots(D)>;
+using FwdShort = FwdConfig<T, D, fwd_short_block_n(D), fwd_short_consumers(D), true, fwd_q_slots(D)>;
 
 struct FwdMaps {
   CUtensorMap q, k, v;

@@ -81,40 +81,41 @@ bool tma_describable(const void* ptr, FlashRowsView view, int64_t row, int64_t h
          (view.heads == 1 || head % 8 == 0) && (view.batch == 1 || batch % 8 == 0);
 }
 
-// A packed batch's rows in no sequence (past the last offset): O = 0, L = +inf (flash_fwd_writes_every_row), so the
-// op allocates O and L without filling them (zeroing all of O cost ~10 us at 16k x 16 x 64). The offsets stay on the
-// device, so every block reads the last one and walks the rows past it (none, for a batch that fills its rows).
-__global__ void fill_rows_past_offsets(const FlashParams p) {
-  const int row0 = p.cu_seqlens_q[p.batch];
-  const int pairs = p.head_dim / 2;  // O is written two 16-bit elements at a time (the head dims are even)
-  const int64_t rows = static_cast<int64_t>(p.total_q - row0) * p.heads;
+// Calls f(row, head, column) for every pair of 16-bit elements (the head dims are even) of a packed batch's rows in no
+// sequence: the rows from the last offset `cu[batch]` (read on the device, so the host never synchronises on it) to
+// `total`, `heads` heads each; none for a batch that fills its rows. A grid-stride loop.
+template <typename F>
+__device__ __forceinline__ void for_each_pair_past_offsets(const int* cu, int batch, int total, int heads, int head_dim,
+                                                           F&& f) {
+  const int row0 = cu[batch], pairs = head_dim / 2;
+  const int64_t rows = static_cast<int64_t>(total - row0) * heads;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * pairs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t rh = i / pairs;
-    const int c = static_cast<int>(i - rh * pairs) * 2;
-    const int64_t row = row0 + rh / p.heads;
-    const int h = static_cast<int>(rh % p.heads);
+    f(row0 + rh / heads, static_cast<int>(rh % heads), static_cast<int>(i - rh * pairs) * 2);
+  }
+}
+
+// A packed batch's rows in no sequence (past the last offset): O = 0, L = +inf (flash_fwd_writes_every_row), so the
+// op allocates O and L without filling them (zeroing all of O cost ~10 us at 16k x 16 x 64).
+__global__ void fill_rows_past_offsets(const FlashParams p) {
+  for_each_pair_past_offsets(p.cu_seqlens_q, p.batch, p.total_q, p.heads, p.head_dim, [&](int64_t row, int h, int c) {
     auto* o = static_cast<uint16_t*>(p.o) + row * p.o_row_stride + h * p.o_head_stride + c;
     *reinterpret_cast<uint32_t*>(o) = 0u;
     if (c == 0) p.lse[h * static_cast<int64_t>(p.total_q) + row] = INFINITY;
-  }
+  });
 }
 
 // The same for dK and dV (flash_bwd_writes_every_key_row): the key rows past the last offset are zeros, so the op
 // allocates dK and dV without zeroing them (zeroing both cost ~22 us at 16k x 16 x 64, 3 % of a packed fwd + bwd).
 // The backward writes every key row inside a sequence, those no query sees included, as in a dense batch.
 __global__ void zero_key_rows_past_offsets(const FlashParams p) {
-  const int row0 = p.cu_seqlens_k[p.batch], heads_k = flash_heads_k(p);
-  const int pairs = p.head_dim / 2;
-  const int64_t rows = static_cast<int64_t>(p.total_k - row0) * heads_k;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * pairs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t rh = i / pairs;
-    const int c = static_cast<int>(i - rh * pairs) * 2;
-    const int64_t at = (row0 + rh / heads_k) * p.dk_row_stride + (rh % heads_k) * p.dk_head_stride + c;
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dk) + at) = 0u;
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dv) + at) = 0u;
-  }
+  for_each_pair_past_offsets(p.cu_seqlens_k, p.batch, p.total_k, flash_heads_k(p), p.head_dim,
+                             [&](int64_t row, int h, int c) {
+                               const int64_t at = row * p.dk_row_stride + h * p.dk_head_stride + c;
+                               *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dk) + at) = 0u;
+                               *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.dv) + at) = 0u;
+                             });
 }
 
 }  // namespace

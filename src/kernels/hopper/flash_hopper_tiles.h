@@ -36,6 +36,7 @@ constexpr int fwd_q_slots(int) { return 2; }
 constexpr int kFwdShortKeys = 2048;
 constexpr bool fwd_has_short_tile(int d) { return d == 64 || d == 128; }
 constexpr int fwd_short_block_n(int) { return 128; }
+constexpr int fwd_short_consumers(int) { return 2; }  // with ping-pong, which needs exactly two
 constexpr bool fwd_takes_short_tile(int d, bool causal, int seqlen_k) {
   return fwd_has_short_tile(d) && causal && seqlen_k <= kFwdShortKeys;
 }

@@ -20,9 +20,10 @@ TEST(FlashHopperTiles, EveryHopperHeadDimHasATileTheRulesAccept) {
     EXPECT_EQ(fwd_block_m(d), 64 * fwd_consumers(d));
     EXPECT_TRUE(fwd_ping_pong_valid(fwd_consumers(d), fwd_ping_pong(d)));
     EXPECT_TRUE(fwd_fits_smem(d, fwd_block_n(d), fwd_consumers(d), fwd_q_slots(d)));
-    if (fwd_has_short_tile(d)) {  // FwdShort: two ping-pong consumer groups
+    if (fwd_has_short_tile(d)) {  // FwdShort: ping-pong consumer groups
       EXPECT_TRUE(wgmma_width_generated(fwd_short_block_n(d)));
-      EXPECT_TRUE(fwd_fits_smem(d, fwd_short_block_n(d), 2, fwd_q_slots(d)));
+      EXPECT_TRUE(fwd_ping_pong_valid(fwd_short_consumers(d), true));
+      EXPECT_TRUE(fwd_fits_smem(d, fwd_short_block_n(d), fwd_short_consumers(d), fwd_q_slots(d)));
     }
     EXPECT_TRUE(bwd_block_m_valid(bwd_block_m(d)));
     EXPECT_TRUE(wgmma_width_generated(bwd_block_m(d)));
