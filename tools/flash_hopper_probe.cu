@@ -241,11 +241,10 @@ Variant variant(const char* name) {
   return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped: "shipped" in `time` dispatches as the product does, so at
-// short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
-// tile's Q loading while the last one runs (Note [persistent forward]); n128c2pp at d = 64: the shorter key tile a
-// packed batch's short documents waste less of; n128c3 at d = 64: 192-row blocks, a third fewer tiles to pay the
-// per-tile cost of where the tiles are short (GQA at 4k, packed documents); at d = 128 ping-pong and 160-key tiles,
-// the nearest alternatives for the GQA 8k x 128 forward.
+// d = 64's short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
+// tile's Q loading while the last one runs (Note [persistent forward]). d = 64: n128c3_q2 is shipped (2026-12-04),
+// n176c2pp_q2 the tile before it, n128c2pp_q2 FwdShort; d = 128: n128c2pp_q2 is shipped, n128c2_q2 the tile before it,
+// 160-key tiles the nearest alternative for the GQA 8k x 128 forward.
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -270,7 +269,8 @@ std::vector<Variant> variants() {
 // synchronised ones. The shipped kernel is timed again after the variants, so drift over the run shows.
 // PROBE_HEADS_K=n: grouped K/V heads (h / n query heads each, K and V in their own n-head layout). PROBE_DOCS=n
 // (batch 1): the sequence packed as n documents of random lengths (seed 5), a varlen call; FLOPs count only the work
-// inside the documents.
+// inside the documents. PROBE_VARIANTS=a,b: only those variants; PROBE_ROUNDS=n: the shipped kernel and the variants
+// timed n times in turn (the H200's clocks fall over a line, so neighbours in one round compare best).
 int time(const Case& c, int iters, bool all) {
   const bool bshd = std::getenv("PROBE_BSHD") != nullptr, queued = std::getenv("PROBE_QUEUED") != nullptr;
   const Layout L = make_layout(c.b, c.h, c.s, c.d, bshd);
@@ -326,10 +326,23 @@ int time(const Case& c, int iters, bool all) {
               bshd ? " bshd" : "", queued ? " queued" : "", c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d,
               c.causal, th, flop / th / 1e9, tm, tm > 0 ? flop / tm / 1e9 : 0.0);
   if (all && c.bf16) {
-    const auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
-    for (const auto& var : vs) {
-      const float t = clock([&] { var.fn(p, nullptr); });
-      std::printf("  variant %-9s %.3f ms (%.0f TFLOP/s)\n", var.name, t, flop / t / 1e9);
+    auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
+    if (const char* only = std::getenv("PROBE_VARIANTS")) {
+      const std::string names = std::string(",") + only + ",";
+      vs.erase(std::remove_if(vs.begin(), vs.end(),
+                              [&](const Variant& v) { return names.find("," + std::string(v.name) + ",") == std::string::npos; }),
+               vs.end());
+    }
+    const int rounds = std::getenv("PROBE_ROUNDS") ? std::max(1, std::atoi(std::getenv("PROBE_ROUNDS"))) : 1;
+    for (int r = 0; r < rounds; ++r) {
+      if (r > 0) {
+        const float ts = clock([&] { lk::hopper::run_fwd(p, nullptr); });
+        std::printf("  shipped   %.3f ms (%.0f TFLOP/s)\n", ts, flop / ts / 1e9);
+      }
+      for (const auto& var : vs) {
+        const float t = clock([&] { var.fn(p, nullptr); });
+        std::printf("  variant %-9s %.3f ms (%.0f TFLOP/s)\n", var.name, t, flop / t / 1e9);
+      }
     }
     const float again = clock([&] { lk::hopper::run_fwd(p, nullptr); });
     std::printf("  shipped again %.3f ms (%.0f TFLOP/s)\n", again, flop / again / 1e9);

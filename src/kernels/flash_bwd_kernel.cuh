@@ -17,21 +17,32 @@ namespace lmscale::kernels::flash {
 
 // kPreRowThreads threads per query row, each taking every kPreRowThreads-th 16-byte chunk of the row:
 // dsum[row] = sum_d dO*O in fp32 (the threads' partial sums combined by shuffles), and the row's dQ
-// accumulator zeroed (the main kernel only ever adds into it). One thread per row left the kernel at
+// accumulator zeroed where the main kernel only adds into it. One thread per row left the kernel at
 // a third of HBM bandwidth (xl: 21 us for 26 MB, ncu): too few loads in flight, each thread walking
 // its own row serially.
 constexpr int kPreRowThreads = 8;
 constexpr int kPreThreads = 128;
 constexpr int kPreRowsPerBlock = kPreThreads / kPreRowThreads;
 
-// zero_dq_accum is false for the Hopper backward when its first key block per query tile stores rather than
-// adds (Note [dQ first store], flash_bwd_hopper.cuh); it zeroes p.dq_tile_ticket instead, when given.
+// Which rows of dq_accum the preprocess zeroes. kDqAddsEverywhere (0): every row of every sequence (the main kernel
+// only adds). n > 0: the Hopper backward's first key block per query tile stores rather than adds (Note [dQ first
+// store], flash_bwd_hopper.cuh) in each whole n-row tile of a sequence, so only the rows from (len_q / n) * n on are
+// zeroed: none for n = 1 (a dense batch, whose tiles end at their plane's end), a packed sequence's last partial tile
+// for n = the backward's query tile. It zeroes p.dq_tile_ticket too, when given.
+constexpr int kDqAddsEverywhere = 0;
 template <typename T, int D>
-__global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const FlashParams p, bool zero_dq_accum) {
+__global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const FlashParams p, int first_store_rows) {
   static_assert(D % 8 == 0, "rows are read in 16-byte chunks");
-  const int row = blockIdx.y * kPreRowsPerBlock + threadIdx.x / kPreRowThreads;
   const int part = threadIdx.x % kPreRowThreads;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;  // Note [grid order], flash_fwd_kernel.cuh
+  int b, h, row_tile;
+  if (flash_varlen(p)) {  // blocks over the row tiles the batch has (Note [packed tile slots]), x heads
+    if (!flash_packed_tile(p.cu_seqlens_q, p.batch, kPreRowsPerBlock, blockIdx.x, b, row_tile)) return;
+    h = blockIdx.y;
+  } else {  // Note [grid order], flash_fwd_kernel.cuh
+    b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, row_tile = blockIdx.y;
+  }
+  const int bh = b * p.heads + h;
+  const int row = row_tile * kPreRowsPerBlock + threadIdx.x / kPreRowThreads;
   const FlashSeq seq = flash_seq(p, b);
   const int64_t stat_row = seq.stat_row0(h) + row;
   float sum = 0.f;
@@ -40,6 +51,8 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const
     const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride + r * p.o_row_stride;
     const T* dout = static_cast<const T*>(p.dout) + b * p.do_batch_stride + h * p.do_head_stride + r * p.do_row_stride;
     float* acc = p.dq_accum + stat_row * D;
+    const bool zero_dq_accum =
+        first_store_rows == kDqAddsEverywhere || row >= seq.len_q / first_store_rows * first_store_rows;
 #pragma unroll
     for (int c = part * 8; c < D; c += kPreRowThreads * 8) {
       const uint4 ov = *reinterpret_cast<const uint4*>(o + c);
@@ -65,14 +78,17 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_preprocess_kernel(const
   if (row < seq.len_q && part == 0) p.dsum[stat_row] = sum;
 }
 
-// The preprocess launch, shared by the mma.sync and the Hopper backward (the caller checks the grid).
-inline int flash_bwd_preprocess_blocks(const FlashParams& p) {
-  return (p.seqlen_q + kPreRowsPerBlock - 1) / kPreRowsPerBlock;
+// The preprocess launch, shared by the mma.sync and the Hopper backward (the caller checks the grid's y). A packed
+// batch's grid covers the rows it has: sized by its longest sequence, 16 documents in 16k tokens left 60 % of the
+// blocks empty and the preprocess at 2.2 TB/s (d = 64, H200).
+inline dim3 flash_bwd_preprocess_grid(const FlashParams& p) {
+  if (flash_varlen(p)) return dim3(flash_packed_slots(p.total_q, p.batch, kPreRowsPerBlock), p.heads);
+  return dim3(p.batch * p.heads, (p.seqlen_q + kPreRowsPerBlock - 1) / kPreRowsPerBlock);
 }
+inline int flash_bwd_preprocess_blocks(const FlashParams& p) { return flash_bwd_preprocess_grid(p).y; }
 template <typename T, int D>
-void launch_flash_bwd_preprocess(const FlashParams& p, cudaStream_t stream, bool zero_dq_accum = true) {
-  flash_bwd_preprocess_kernel<T, D>
-      <<<dim3(p.batch * p.heads, flash_bwd_preprocess_blocks(p)), kPreThreads, 0, stream>>>(p, zero_dq_accum);
+void launch_flash_bwd_preprocess(const FlashParams& p, cudaStream_t stream, int first_store_rows) {
+  flash_bwd_preprocess_kernel<T, D><<<flash_bwd_preprocess_grid(p), kPreThreads, 0, stream>>>(p, first_store_rows);
 }
 
 // ----------------------------------------------------------------------------- main kernel
@@ -351,7 +367,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_bwd_kernel(const FlashParam
 // dq = dq_accum * scale in the input dtype; one thread per 8 elements (16-byte stores), over every row of dq_accum
 // (all (batch, head) planes dense; every head's total_q rows packed). A row whose L is +inf saw no key: its dQ is 0
 // whatever dq_accum holds there (no key block may have touched its tile: Note [dQ first store] stores only where one
-// does; packed rows in no sequence).
+// does), and so is a packed batch's row in no sequence (past the last offset: nothing zeroes dq_accum there, and a
+// sequence's last tile adds zeros into it).
 // kPairsSplit: each 8-column group of dq_accum holds columns 0 2 4 6 1 3 5 7 (the Hopper backward's stmatrix staging,
 // Note [dQ pairs split] in hopper/flash_bwd_hopper.cuh).
 template <typename T, int D, bool kPairsSplit = false>
@@ -366,7 +383,8 @@ __global__ void flash_bwd_convert_dq_kernel(const FlashParams p) {
   const int plane = static_cast<int>(flat_row / plane_rows), b = plane / p.heads, h = plane % p.heads;
   const float* src = p.dq_accum + flat_row * D + c;
   float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
-  if (p.lse[flat_row] == INFINITY) x0 = x1 = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p.lse[flat_row] == INFINITY || (flash_varlen(p) && row >= p.cu_seqlens_q[p.batch]))
+    x0 = x1 = make_float4(0.f, 0.f, 0.f, 0.f);
   if constexpr (kPairsSplit) {  // back to columns 0 1 2 3 | 4 5 6 7
     const float4 evens = x0, odds = x1;
     x0 = make_float4(evens.x, odds.x, evens.y, odds.y);

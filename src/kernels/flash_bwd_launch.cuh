@@ -30,7 +30,7 @@ void launch_flash_bwd_tiles(const FlashParams& p, cudaStream_t stream) {
   const int pre_blocks = flash_bwd_preprocess_blocks(p);
   check_grid_y(n_blocks > pre_blocks ? n_blocks : pre_blocks, "flash_bwd");
 
-  launch_flash_bwd_preprocess<T, D>(p, stream, /*zero_dq_accum=*/!p.cu_seqlens_q);  // packed: the caller zeroed it
+  launch_flash_bwd_preprocess<T, D>(p, stream, kDqAddsEverywhere);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
 
   auto kernel = flash_bwd_kernel<T, D, kBlockM, kKT, kWarps, Masked>;

@@ -82,9 +82,8 @@ struct FlashParams {
   // offsets on the device, non-decreasing from 0. Sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of
   // q/o/dout/dq and [cu_seqlens_k[b], ...) of k/v/dk/dv, which are (total, H, D) with batch strides 0; seqlen_q and
   // seqlen_k are the longest sequence's lengths (they size the grid); lse, dsum and dq_accum are (heads, total_q)
-  // (dq_accum: (heads, total_q, D)) with total_q their rows. The Hopper backward's dq_tile_ticket must be null
-  // (a first store would overwrite the next sequence's rows of a shared 64-row tile); dq_accum is then zeroed by the
-  // caller, every row, and rows in no sequence keep O and L as the caller filled them.
+  // (dq_accum: (heads, total_q, D)) with total_q their rows; dq_tile_ticket and dq_semaphore are (B * H,
+  // ceil(seqlen_q / 64)) as for a dense batch of the longest sequence.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
   int total_q = 0, total_k = 0;  // rows of q and of k (packed batches only)

@@ -24,7 +24,7 @@ DIRECTIONS = {"fwd": "forward", "bwd": "backward"}
 HOPPER_CONFIG = {"fwd": "FwdShipped", "bwd": "BwdShipped"}  # the shipped tile per head dim (flash_*_hopper.cuh)
 # The forward's variant for short causal calls and the head dims that have one (fwd_has_short_tile, flash_hopper_tiles.h;
 # a head dim missing here fails to link).
-HOPPER_SHORT_FWD = ("FwdShort", [64, 128])
+HOPPER_SHORT_FWD = ("FwdShort", [64])
 GENERATOR = "src/kernels/generate_flash_kernels.py"
 
 TEMPLATE = """\

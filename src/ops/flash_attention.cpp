@@ -193,17 +193,15 @@ std::tuple<at::Tensor, at::Tensor> kernel_forward(const at::Tensor& q, const at:
 // The backward's workspaces in one allocation (one trip through the caching allocator instead of three), each part
 // on a 256-byte boundary (TMA wants dq_accum 16-byte aligned): the fp32 dQ accumulator (the fp32 kernels compute dQ
 // without one), D = rowsum(dO ⊙ O), and the Hopper backward's per-tile tickets, with which nothing zeroes dq_accum
-// (FlashParams::dq_tile_ticket). Packed batches take no tickets and a zeroed accumulator (flash_params.h).
-at::Tensor set_workspaces(kernels::FlashParams& p, const at::Tensor& like, int64_t stat_rows, int64_t tile_planes,
-                          bool packed) {
+// (FlashParams::dq_tile_ticket).
+at::Tensor set_workspaces(kernels::FlashParams& p, const at::Tensor& like, int64_t stat_rows, int64_t tile_planes) {
   const bool fp32 = like.scalar_type() == at::kFloat;
   const int64_t tiles64 = (p.seqlen_q + 63) / 64;
   auto round_up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
   const int64_t accum_bytes = fp32 ? 0 : round_up(stat_rows * p.head_dim * 4), dsum_bytes = round_up(stat_rows * 4);
-  const int64_t ticket_bytes = fp32 || packed ? 0 : round_up(tile_planes * tiles64 * 2 * 4);
+  const int64_t ticket_bytes = fp32 ? 0 : round_up(tile_planes * tiles64 * 2 * 4);
   auto workspace = at::empty({accum_bytes + dsum_bytes + ticket_bytes}, like.options().dtype(at::kByte));
   auto* base = static_cast<char*>(workspace.data_ptr());
-  if (packed && accum_bytes > 0) workspace.narrow(0, 0, accum_bytes).zero_();
   p.dq_accum = fp32 ? nullptr : reinterpret_cast<float*>(base);
   p.dsum = reinterpret_cast<float*>(base + accum_bytes);
   p.dq_tile_ticket = ticket_bytes ? reinterpret_cast<int*>(base + accum_bytes + dsum_bytes) : nullptr;
@@ -268,7 +266,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_backward(const at::Tensor&
   auto p = make_params(q4, k4, v4, scale);
   set_dense_shape(p, q4, k4, v4, mask);
   const int64_t planes = q4.size(0) * q4.size(1);
-  auto workspace = set_workspaces(p, q4, planes * q4.size(2), planes, /*packed=*/false);
+  auto workspace = set_workspaces(p, q4, planes * q4.size(2), planes);
   set_backward_pointers(p, o4, L3, do4, dq4, dk4, dv4);
   LMSCALE_SET_STRIDES(p, o, o4);
   LMSCALE_SET_STRIDES(p, do, do4);
@@ -365,7 +363,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kernel_varlen_backward(
   auto dv3 = kv_filled ? at::empty(v3.sizes(), v3.options()) : at::zeros(v3.sizes(), v3.options());
   if (!launch) return {dq3, dk3, dv3};
   const int64_t heads = q3.size(1);
-  auto workspace = set_workspaces(p, q3, heads * q3.size(0), p.batch * heads, /*packed=*/true);
+  auto workspace = set_workspaces(p, q3, heads * q3.size(0), p.batch * heads);
   set_backward_pointers(p, o3, L2, do3, dq3, dk3, dv3);
   LMSCALE_SET_PACKED_STRIDES(p, o, o3);
   LMSCALE_SET_PACKED_STRIDES(p, do, do3);

@@ -308,20 +308,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
       // waits for the flag (acquire) before its first add. No wait can block for long: ticket 0 is taken by a
       // running block whose store depends on nothing. In the deterministic order key block 0 is first in
       // every tile, so it stores. Saves the preprocess's pass of zeros over dq_accum (4 bytes per element).
-      // Packed batches never store: a 64-row tile of one sequence overlaps the next one's rows (flash_params.h).
+      // A packed sequence's last partial tile adds instead, into rows the preprocess zeroed: its boxes reach into
+      // the next sequence's rows, where a store would overwrite what that sequence's blocks added (its adds there
+      // are zeros: those rows see none of its keys).
       Walk w = walk0;
       for (int it = 0; it < iters; ++it, step_walk(w)) {
         const int h = w.h, m = w.m;
         const int64_t tile_index = (static_cast<int64_t>(b) * p.heads + h) * tiles64 + m * (kBlockM / 64);
+        const bool storable = !flash_varlen(p) || (m + 1) * kBlockM <= seq.len_q;
         int* turn = p.dq_semaphore ? p.dq_semaphore + tile_index : nullptr;
-        int* ticket = !turn && p.dq_tile_ticket ? p.dq_tile_ticket + tile_index * 2 : nullptr;  // [0] taken, [1] stored
+        int* ticket = !turn && storable && p.dq_tile_ticket ? p.dq_tile_ticket + tile_index * 2 : nullptr;  // [0] taken, [1] stored
         bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
         if (turn && lane == 0) {
           const int n_lo = Masked ? seq.key_begin(m * kBlockM) / kBlockN : 0;
           while (ld_acquire_gpu(turn) != n_block - n_lo) {
           }
           fence_proxy_async_global();  // the adds below (async proxy) after the acquire
-          store = n_block == n_lo && !flash_varlen(p);
+          store = n_block == n_lo && storable;
         } else if (ticket && lane == 0) {
           store = atomicAdd(ticket, 1) == 0;
           if (!store) {

@@ -1,6 +1,6 @@
 // The three launches of the Hopper backward, in order: the mma.sync backward's preprocess (D =
-// rowsum(dO ∘ O); dq_accum zeroed only when the main kernel adds into every tile, i.e. with neither
-// p.dq_tile_ticket nor p.dq_semaphore: Note [dQ first store]), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
+// rowsum(dO ∘ O); dq_accum zeroed where the main kernel adds rather than first-stores: everywhere with neither
+// p.dq_tile_ticket nor p.dq_semaphore, else a packed sequence's last partial tile: Note [dQ first store]), the sm_90a main kernel (hopper::run_bwd, compiled in the sm_90a
 // library), and the mma.sync backward's dq_accum -> dq conversion. Included by flash_api.cu, whose
 // translation unit is built for every architecture of the build: the two shared kernels are instantiated
 // there, never in the sm_90a-only library (one kernel registered from two fat binaries with different
@@ -12,6 +12,7 @@
 #include "kernels/flash_bwd_kernel.cuh"
 #include "kernels/flash_head_dims.h"
 #include "kernels/hopper/flash_hopper.h"
+#include "kernels/hopper/flash_hopper_tiles.h"
 
 namespace lmscale::kernels::hopper {
 
@@ -20,9 +21,11 @@ namespace lmscale::kernels::hopper {
 template <typename T, int D, typename MainKernel>
 void run_bwd_steps(const FlashParams& p, cudaStream_t stream, MainKernel&& main_kernel) {
   check_grid_y(flash::flash_bwd_preprocess_blocks(p), "flash_bwd_preprocess_kernel");
-  // Packed batches: the caller zeroed dq_accum, every row (FlashParams::cu_seqlens_q).
-  flash::launch_flash_bwd_preprocess<T, D>(p, stream,
-                                          /*zero_dq_accum=*/!p.dq_tile_ticket && !p.dq_semaphore && !p.cu_seqlens_q);
+  // Note [dQ first store]: a packed sequence's last partial query tile adds (its rows are zeroed first).
+  const int first_store_rows = !p.dq_tile_ticket && !p.dq_semaphore ? flash::kDqAddsEverywhere
+                               : flash_varlen(p)                    ? kBwdBlockMMultiple
+                                                                    : 1;
+  flash::launch_flash_bwd_preprocess<T, D>(p, stream, first_store_rows);
   LMSCALE_CUDA_CHECK_LAUNCH("flash_bwd_preprocess_kernel");
   main_kernel(p, stream);
   flash::launch_flash_bwd_convert_dq<T, D, /*kPairsSplit=*/true>(p, stream);

@@ -35,7 +35,9 @@ bool fwd_for_dtype(const FlashParams& p, cudaStream_t stream) {
   with_head_dim(HopperHeadDims{}, p.head_dim, [&](auto d) {
     constexpr int D = decltype(d)::value;
     if constexpr (fwd_has_short_tile(D)) {
-      if (fwd_takes_short_tile(D, p.is_causal, p.seqlen_k)) {
+      // A packed batch's mean sequence (the offsets stay on the device).
+      const int keys_per_sequence = flash_varlen(p) ? p.total_k / (p.batch > 0 ? p.batch : 1) : p.seqlen_k;
+      if (fwd_takes_short_tile(D, p.is_causal, keys_per_sequence)) {
         ran = launch_fwd<FwdShort<T, D>>(p, stream);
         return;
       }

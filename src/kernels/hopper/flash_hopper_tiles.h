@@ -10,35 +10,38 @@ namespace lmscale::kernels::hopper {
 
 // ---- the choices
 
-// Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_q_slots(D)> (flash_fwd_hopper.cuh). From
-// the variant sweeps of tools/flash_hopper_probe.cu on an H100 (docs/flash_notes.md, Hopper v2 and v3): d=64
-// spends as many MUFU cycles per tile as tensor-core cycles, so it takes longer key tiles and ping-pong (moving
-// exponentials to the FMA pipe was slower: docs/flash_history.md, "Tried and dropped: exp2 on the FMA pipe"); d=80
-// (seq 2048 in the 2.7B model) gains most from a third consumer group (192-row blocks) with 96-key tiles,
-// the largest that fit 128 registers per thread without serialising the wgmmas; d=128 is tensor-bound and
-// keeps 128 x 128 with two groups.
-constexpr int fwd_block_n(int d) { return d == 64 ? 176 : d == 80 ? 96 : 128; }  // keys per K/V tile
-constexpr int fwd_consumers(int d) { return d == 80 ? 3 : 2; }                    // 64 query rows each
-constexpr bool fwd_ping_pong(int d) { return d == 64; }                           // Note [ping-pong]
-constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }                // queries per block
+// Forward: FwdConfig<T, D, fwd_block_n(D), fwd_consumers(D), fwd_ping_pong(D), fwd_q_slots(D)> (flash_fwd_hopper.cuh).
+// d = 64 spends as many MUFU cycles per tile as tensor-core cycles; d = 80 (seq 2048 in the 2.7B model) gains most from
+// a third consumer group (192-row blocks) with 96-key tiles, the largest that fit 128 registers per thread without
+// serialising the wgmmas (H100 sweeps: docs/flash_notes.md, Hopper v2 and v3). d = 64 takes the same three groups of
+// 128-key tiles and d = 128 ping-pong: H200, probe, the variants timed in turn over four rounds
+// (docs/results/runs/2026-12-04-f52b9fe-forward-tiles), against 176-key tiles with ping-pong at d = 64: causal
+// 16k -7 %, 8k -6 %, 3072 -3 %, 4096 level, GQA 2 x 32q/4kv x 4096 -1.5 %, non-causal 2048 / 4096 / 16k -7 / -8 / -7 %,
+// 4 x 25 x 512 non-causal +3 % (1 us); against two groups without ping-pong at d = 128: causal 4096 / 8k / 16k -3.5 /
+// -2 / -1 %, GQA 1 x 32q/8kv x 8192 -1.5 %, non-causal 2048 / 4096 -3 / -1 %, 16k level. In each pair the difference
+// is the sustained one (the later rounds, clocks under the power cap); the first round's was smaller.
+constexpr int fwd_block_n(int d) { return d == 80 ? 96 : 128; }  // keys per K/V tile
+constexpr int fwd_consumers(int d) { return d == 128 ? 2 : 3; }  // 64 query rows each
+constexpr bool fwd_ping_pong(int d) { return d == 128; }         // Note [ping-pong]
+constexpr int fwd_block_m(int d) { return 64 * fwd_consumers(d); }  // queries per block
 // Two Q slots (the next query tile's Q loads while the last one runs, Note [persistent forward]) at every head dim:
 // H200, docs/results/runs/2026-12-02-b6aacbf-attention-probe, against one slot in the same call: GQA 2 x 32q/4kv x
 // 4096 x 64 -7 %, 16 packed documents -9 % (d 64) / -4 % (d 128), the xl step -10 %, 2048 x 80 -3.5 %, GQA 8k x
 // 128 -1 %, 16k x 128 -1 %; 16k x 64 +1.4 % there (within that run's drift), -3 % in the next call's
 // (2026-12-03-ac66b1e-attention-q2). d = 128 keeps two K/V stages beside them.
 constexpr int fwd_q_slots(int) { return 2; }
-// Short causal calls (the longest key sequence at most kFwdShortKeys: the training steps' context, packed documents)
-// take 128-key tiles with ping-pong at d = 64 and 128 instead (FwdShort): their query tiles walk a few key tiles, so
-// what a tile costs beyond its key tiles and the overshoot of the diagonal decide. H200, probe, both kernels in one
-// call (docs/results/runs/2026-12-04-bfc65a3-short-tiles): d 64 causal 8 x 16 x 1024 -5 %, 4 x 16 x 2048 level,
-// 2 x 16 x 4096 +4 %, the xl step -8 %, 16 packed documents in 16k -4 %, 64 -10 %, 8 +2 %; non-causal 1024 / 2048
-// +4 / +5 % (so not taken there). d 128 causal 1024 -5 %, 2048 -3 %, packed 16 / 64 / 8 documents -7 / -4 / -4 %.
+// Short causal calls at d = 64 (key sequences of at most kFwdShortKeys: the training steps' context; for a packed
+// batch, its mean sequence, since one long document need not make the rest long) take two ping-pong groups of 64 rows
+// instead (FwdShort): their query tiles walk a few key tiles, so what a tile costs beyond its key tiles and the
+// overshoot of the diagonal decide. H200, probe, against the three groups (2026-12-04-f52b9fe-forward-tiles): the xl
+// step (4 x 25 x 512) -24 %, 8 x 16 x 1024 -19 %, 4 x 16 x 2048 -4 %, 16 / 64 packed documents in 16k -6 / -15 %.
+// (d = 128's shipped tile is the same two ping-pong groups at every length.)
 constexpr int kFwdShortKeys = 2048;
-constexpr bool fwd_has_short_tile(int d) { return d == 64 || d == 128; }
+constexpr bool fwd_has_short_tile(int d) { return d == 64; }
 constexpr int fwd_short_block_n(int) { return 128; }
 constexpr int fwd_short_consumers(int) { return 2; }  // with ping-pong, which needs exactly two
-constexpr bool fwd_takes_short_tile(int d, bool causal, int seqlen_k) {
-  return fwd_has_short_tile(d) && causal && seqlen_k <= kFwdShortKeys;
+constexpr bool fwd_takes_short_tile(int d, bool causal, int keys_per_sequence) {
+  return fwd_has_short_tile(d) && causal && keys_per_sequence <= kFwdShortKeys;
 }
 
 // Backward: BwdConfig<T, D, bwd_block_m(D)> (flash_bwd_hopper.cuh), queries per tile. Measured on an H100
@@ -73,6 +76,9 @@ constexpr bool fwd_ping_pong_valid(int consumers, bool ping_pong) { return !ping
 
 // The backward's query tiles are one or two wgmma M's of the dQ GEMM (Note [dQ split]).
 constexpr bool bwd_block_m_valid(int block_m) { return block_m == 64 || block_m == 128; }
+// A multiple of every valid query tile: the preprocess zeroes a packed sequence's dQ rows from (len / this) * this on,
+// which holds its last partial tile whatever the tile (Note [dQ first store], flash_bwd_hopper.cuh).
+constexpr int kBwdBlockMMultiple = 128;
 
 // ---- the checks, for every head dim the Hopper kernels are instantiated for
 

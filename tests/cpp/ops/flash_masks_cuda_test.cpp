@@ -190,10 +190,11 @@ TEST(FlashMasksCuda, PackedBatchesOnEveryFamily) {
                {"causal-bottom-right", {true, true}},
                {"sliding-window", {true, true, 16, -1}}};
   for (const auto& f : kFamilies)
-    for (int64_t d : {64, 128})
+    for (int64_t d : {64, 80, 128})
       for (const auto& m : masks)
         if (flash_kernel_available(f.dtype, d)) check_packed(f, m.mask, d, m.name, /*deterministic=*/false);
   check_packed(kFamilies[0], {true, true, 16, -1}, 64, "sliding-window (deterministic)", true);
+  check_packed(kFamilies[0], {true}, 128, "causal-top-left (deterministic)", true);
 }
 
 }  // namespace

@@ -34,10 +34,11 @@ TEST(FlashHopperTiles, EveryHopperHeadDimHasATileTheRulesAccept) {
 
 TEST(FlashHopperTiles, OnlyShortCausalCallsTakeTheShortTile) {
   EXPECT_TRUE(fwd_takes_short_tile(64, true, 512));
-  EXPECT_TRUE(fwd_takes_short_tile(128, true, kFwdShortKeys));
+  EXPECT_TRUE(fwd_takes_short_tile(64, true, kFwdShortKeys));
   EXPECT_FALSE(fwd_takes_short_tile(64, true, kFwdShortKeys + 1)) << "long calls keep the shipped tile";
   EXPECT_FALSE(fwd_takes_short_tile(64, false, 512)) << "non-causal calls keep the shipped tile";
   EXPECT_FALSE(fwd_takes_short_tile(80, true, 512)) << "d = 80 has no short tile";
+  EXPECT_FALSE(fwd_takes_short_tile(128, true, 512)) << "d = 128's shipped tile is the short one's shape";
 }
 
 TEST(FlashHopperTiles, TheRulesRejectBadTiles) {
