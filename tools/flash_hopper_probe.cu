@@ -329,9 +329,8 @@ int time(const Case& c, int iters, bool all) {
     auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
     if (const char* only = std::getenv("PROBE_VARIANTS")) {
       const std::string names = std::string(",") + only + ",";
-      vs.erase(std::remove_if(vs.begin(), vs.end(),
-                              [&](const Variant& v) { return names.find("," + std::string(v.name) + ",") == std::string::npos; }),
-               vs.end());
+      auto unlisted = [&](const Variant& v) { return names.find("," + std::string(v.name) + ",") == std::string::npos; };
+      vs.erase(std::remove_if(vs.begin(), vs.end(), unlisted), vs.end());
     }
     const int rounds = std::getenv("PROBE_ROUNDS") ? std::max(1, std::atoi(std::getenv("PROBE_ROUNDS"))) : 1;
     for (int r = 0; r < rounds; ++r) {

@@ -317,7 +317,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
         const int64_t tile_index = (static_cast<int64_t>(b) * p.heads + h) * tiles64 + m * (kBlockM / 64);
         const bool storable = !flash_varlen(p) || (m + 1) * kBlockM <= seq.len_q;
         int* turn = p.dq_semaphore ? p.dq_semaphore + tile_index : nullptr;
-        int* ticket = !turn && storable && p.dq_tile_ticket ? p.dq_tile_ticket + tile_index * 2 : nullptr;  // [0] taken, [1] stored
+        // The tile's ticket: [0] taken, [1] stored.
+        int* ticket = !turn && storable && p.dq_tile_ticket ? p.dq_tile_ticket + tile_index * 2 : nullptr;
         bool store = false;  // lane 0's: this block's partial dQ of tile m is the first
         if (turn && lane == 0) {
           const int n_lo = Masked ? seq.key_begin(m * kBlockM) / kBlockN : 0;
