@@ -146,6 +146,18 @@ __device__ __forceinline__ bool fwd_tile(const FlashParams& p, int t, FwdTile& t
   return true;
 }
 
+// Note [top-aligned tiles]. Where a query tile is not a whole number of key tiles (d = 64's 192 rows over 128 keys), a
+// causal call's query tiles end at its last row rather than start at its first, so the partial tile is the lightest
+// (rows from m0 < 0, one key tile) instead of the heaviest (every key): of the visited area, 5.5 % less at 4096 keys,
+// 1.5 % at 8k and 16k. Rows before the sequence are loaded (zeros, or a packed neighbour's rows), see no key and are
+// never written. Where key tiles divide the query tile (128 over 128, 192 over 96) the shift would only cut one more
+// key tile per diagonal, so those start at the first row.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int fwd_tile_row0(const FlashParams& p, const FlashSeq& seq, int m_block) {
+  const int pad = kBlockM % kBlockN != 0 && p.is_causal ? (kBlockM - seq.len_q % kBlockM) % kBlockM : 0;
+  return m_block * kBlockM - pad;
+}
+
 // The key tiles [n_first, n_first + n_tiles * kBlockN) query tile m0 of `seq` visits (Note [mask tiles],
 // flash_fwd_kernel.cuh); the producer and the consumers work it out alike.
 struct FwdKeyRange {
@@ -214,7 +226,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         FwdKeyRange keys{0, 0};
         if (has_tile) {
           seq = flash_seq(p, tile.b);
-          keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, tile.m_block * kBlockM);
+          keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block));
         }
         // Hand the tile (or the end) on through its Q slot's q_full once the consumers are done with the slot's
         // last Q (the tile kQSlots before this one).
@@ -228,7 +240,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           continue;
         }
         // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
-        const int m0 = tile.m_block * kBlockM;
+        const int m0 = fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block);  // < 0: TMA zero-fills those rows
         const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
         const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
         mbar_arrive_expect_tx(&q_full[qs], C::kQBytes);
@@ -279,10 +291,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   // The current tile's mask bounds (the keys its rows see) and the key tiles it sees whole.
   int lo_a = 0, hi_a = 0, lo_b = 0, hi_b = 0;
   int2 whole = make_int2(0, 0);
-  // Where the O and L of the tile in acc_o go: its first row of O and of L, and how many of its rows exist.
+  // Where the O and L of the tile in acc_o go (its first row of O and of L) and whether this thread's two rows exist
+  // (Note [top-aligned tiles]: rows before the sequence; rows past its end).
   T* o_rows = nullptr;
   float* lse_rows = nullptr;
-  int rows_valid = 0;
+  bool keep_a = false, keep_b = false;
 
   // S = Q K^T for the K tile in slot s (issue only).
   // Descriptors from their two words, one add per k-step (desc_lo / desc_at, hopper_ptx.cuh).
@@ -399,16 +412,16 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       const int col = 8 * i + col_in_tile;
-      if (r_a < rows_valid)
+      if (keep_a)
         *reinterpret_cast<uint32_t*>(o_rows + r_a * p.o_row_stride + col) =
             pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
-      if (r_b < rows_valid)
+      if (keep_b)
         *reinterpret_cast<uint32_t*>(o_rows + r_b * p.o_row_stride + col) =
             pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
     }
     if (lane % 4 == 0) {
-      if (r_a < rows_valid) lse_rows[r_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
-      if (r_b < rows_valid) lse_rows[r_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
+      if (keep_a) lse_rows[r_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
+      if (keep_b) lse_rows[r_b] = l_b > 0.f ? m_b * p.scale + logf(l_b) : INFINITY;
     }
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
@@ -467,8 +480,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     q_base = q_rows + qs * C::kQBytes;
     FwdTile tile;
     fwd_tile<kBlockM>(p, tile_index, tile);  // the producer hands on only slots that hold a tile
-    const int m0 = tile.m_block * kBlockM;
     const FlashSeq seq = flash_seq(p, tile.b);
+    const int m0 = fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block);
     const FwdKeyRange keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
     const int n_first = keys.n_first, n_tiles = keys.n_tiles;
     if (n_tiles == 0) {
@@ -554,7 +567,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     o_rows = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
              (seq.q_row0 + m0) * p.o_row_stride;
     lse_rows = p.lse + seq.stat_row0(tile.h) + m0;
-    rows_valid = seq.len_q - m0;
+    keep_a = m0 + r_a >= 0 && m0 + r_a < seq.len_q, keep_b = m0 + r_b >= 0 && m0 + r_b < seq.len_q;
     if (n_tiles == 0) store_tile();  // acc_o, m and l are as store_tile left them: O = 0, L = +inf
   }
   if (pending) finish_pending(true);

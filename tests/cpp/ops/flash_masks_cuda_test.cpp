@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -154,16 +156,24 @@ torch::Tensor offsets(const std::vector<int64_t>& lengths) {
   return torch::tensor(cu, torch::kInt);
 }
 
-void check_packed(const Family& f, const FlashMask& mask, int64_t d, const char* mask_name, bool deterministic) {
-  const std::string what = std::string(f.name) + " packed " + mask_name + " d=" + std::to_string(d);
-  // An empty sequence, a one-token one, one longer than a tile; keys as many, more or fewer; 5 spare rows each.
-  const std::vector<int64_t> lq = {37, 0, 128, 1, 200, 64}, lk = {37, 12, 150, 1, 180, 64};
-  const int64_t hq = 4, hkv = 2, total_q = 430 + 5, total_k = 444 + 5;
+// An empty sequence, a one-token one, one longer than a tile; keys as many, more or fewer (the kernels' short tiles).
+const std::vector<int64_t> kShortQ = {37, 0, 128, 1, 200, 64}, kShortK = {37, 12, 150, 1, 180, 64};
+// Sequences long enough on average for the Hopper forward's long tile (192 rows at d = 64, the partial one first:
+// Note [top-aligned tiles]), lengths no tile divides.
+const std::vector<int64_t> kLongQ = {2100, 0, 2299}, kLongK = {2100, 7, 2400};
+
+void check_packed(const Family& f, const FlashMask& mask, int64_t d, const char* mask_name, bool deterministic,
+                  const std::vector<int64_t>& lq = kShortQ, const std::vector<int64_t>& lk = kShortK) {
+  const std::string what = std::string(f.name) + " packed " + mask_name + " d=" + std::to_string(d) +
+                           (lq == kShortQ ? "" : " (long sequences)");
+  const int64_t hq = 4, hkv = 2;  // and 5 spare rows past the last offset of each
+  const int64_t total_q = std::accumulate(lq.begin(), lq.end(), int64_t(5));
+  const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t(5));
   auto opt = torch::dtype(f.dtype).device(torch::kCUDA);
   auto q = torch::randn({total_q, hq, d}, opt), k = torch::randn({total_k, hkv, d}, opt);
   auto v = torch::randn({total_k, hkv, d}, opt), dout = torch::randn({total_q, hq, d}, opt);
   auto cu_q = offsets(lq), cu_k = offsets(lk);
-  const int64_t max_q = 200, max_k = 180;
+  const int64_t max_q = *std::max_element(lq.begin(), lq.end()), max_k = *std::max_element(lk.begin(), lk.end());
   auto q64 = q.to(torch::kCPU, torch::kDouble), k64 = k.to(torch::kCPU, torch::kDouble);
   auto v64 = v.to(torch::kCPU, torch::kDouble), do64 = dout.to(torch::kCPU, torch::kDouble);
   auto [o_ref, l_ref] = flash_reference_varlen_forward(q64, k64, v64, cu_q, cu_k, mask);
@@ -195,6 +205,8 @@ TEST(FlashMasksCuda, PackedBatchesOnEveryFamily) {
         if (flash_kernel_available(f.dtype, d)) check_packed(f, m.mask, d, m.name, /*deterministic=*/false);
   check_packed(kFamilies[0], {true, true, 16, -1}, 64, "sliding-window (deterministic)", true);
   check_packed(kFamilies[0], {true}, 128, "causal-top-left (deterministic)", true);
+  for (const auto& m : masks)
+    if (m.mask.causal) check_packed(kFamilies[0], m.mask, 64, m.name, /*deterministic=*/false, kLongQ, kLongK);
 }
 
 }  // namespace
