@@ -1,8 +1,9 @@
 """Attention for the models people train, timed as a flash-attn or SDPA user calls it: lmscale's kernels
 (``lmscale.flash_attn``) beside SDPA's cuDNN and flash backends (and, for packed batches, SDPA over jagged
 nested tensors) on grouped-query heads, packed documents, sliding windows and the models' training shapes. One
-process; every case's impls are timed twice, in the given order and then reversed, and each phase's two
-medians averaged (a GPU's clocks drift over a run: the impl timed last would pay for the others' heat).
+process; every case's impls are timed in ``--rounds`` rounds (2 by default), the order reversed every round, and
+each phase's round medians averaged (a GPU's clocks drift over a run: the impl timed last would pay for the others'
+heat; on a power-capped H200 four rounds of fewer iterations spread that heat more evenly than two).
 
 Cases (``--cases``; all by default):
 
@@ -23,6 +24,7 @@ that backward), ``kv_bytes`` (the K and V inputs) and ``peak_extra_bytes`` (what
 allocates beyond its inputs at its peak: repeated K/V heads show there).
 
     python -m lmscale.attention_layouts_bench --out results/attention_layouts.jsonl
+    python -m lmscale.attention_layouts_bench --cases gqa-4k,gqa-8k --rounds 4 --iters 10
 
 Records: docs/results/SCHEMA.md (bench ``attention``, ``mode`` the case), one line per metric.
 """
@@ -116,12 +118,18 @@ def dense_case(b, hq, hkv, n, d, causal, window_left, impls, args):
                      kv_bytes=2 * k.numel() * k.element_size(), args=args)
 
 
+def round_orders(items: list, rounds: int) -> list:
+    """The order of each round: as given, then reversed, alternating."""
+    return [items if r % 2 == 0 else items[::-1] for r in range(rounds)]
+
+
 def run_impls(impls, make_fn, inputs, dout, flops, kv_bytes, args, names=None):
-    """Both impl orders; medians averaged. {name: (status, reason, metrics)}."""
+    """args.rounds rounds, the impl order reversed every round; round medians averaged. {name: (status, reason,
+    metrics)}."""
     names = names or impls
     samples = {name: {"fwd": [], "fwdbwd": [], "medians": []} for name in names}
     failed = {}
-    for order in (list(zip(impls, names)), list(zip(impls, names))[::-1]):
+    for order in round_orders(list(zip(impls, names)), args.rounds):
         for impl, name in order:
             if name in failed:
                 continue
@@ -206,8 +214,11 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", default="lmscale,sdpa-cudnn,sdpa-flash")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per case, the impl order reversed every round")
     ap.add_argument("--out", default="results/attention_layouts.jsonl")
     args = ap.parse_args(argv)
+    if args.rounds < 1 or args.iters < 1 or args.warmup < 0:
+        ap.error(f"--rounds and --iters must be >= 1 and --warmup >= 0; got {args.rounds}, {args.iters}, {args.warmup}")
     if not torch.cuda.is_available():
         print("attention_layouts_bench: needs a CUDA GPU (the cases are the kernels' layouts)", file=sys.stderr)
         return 2
