@@ -224,9 +224,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         if (!past && !has_tile) continue;  // a packed batch's slot that holds no tile
         FlashSeq seq;
         FwdKeyRange keys{0, 0};
+        int m0 = 0;  // the tile's first row; < 0 (Note [top-aligned tiles]): TMA zero-fills those rows
         if (has_tile) {
           seq = flash_seq(p, tile.b);
-          keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block));
+          m0 = fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block);
+          keys = fwd_key_range<Masked, kBlockM, kBlockN>(seq, m0);
         }
         // Hand the tile (or the end) on through its Q slot's q_full once the consumers are done with the slot's
         // last Q (the tile kQSlots before this one).
@@ -240,7 +242,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           continue;
         }
         // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
-        const int m0 = fwd_tile_row0<kBlockM, kBlockN>(p, seq, tile.m_block);  // < 0: TMA zero-fills those rows
         const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
         const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
         mbar_arrive_expect_tx(&q_full[qs], C::kQBytes);
