@@ -10,8 +10,10 @@ Cases (``--cases``; all by default):
 - ``gqa-8k``      1 x 32 query / 8 K/V heads x 8192 x 128, causal
 - ``gqa-4k``      2 x 32 / 4 x 4096 x 64, causal
 - ``packed-d64``, ``packed-d128``   16 documents of random lengths totalling 16,384 tokens, 16 heads, causal
-  within each document; beside it one dense causal 16,384-token call of lmscale. TFLOP/s count only the
-  work inside documents.
+  within each document; beside it one dense causal 16,384-token call of lmscale, and a dense batch of 16
+  sequences of the mean length (1,024) through lmscale and SDPA cuDNN: what equal short documents reach, so the
+  packed call's distance to the 16,384-token call splits into the documents' length and their packing. TFLOP/s
+  count only the work inside documents.
 - ``window``      1 x 16 x 32768 x 128, causal with a 4096-key sliding window (``window_size=(4095, 0)``),
   beside full causal at the same shape
 - ``xl-step``     4 x 25 heads x 512 x 64, causal: the xl model's attention in its training step (batch 4,
@@ -174,7 +176,8 @@ def packed_lengths(total: int, docs: int, seed: int = 0) -> list:
 
 def packed_case(d, impls, args):
     """16 documents in 16,384 tokens, 16 heads, causal inside each: lmscale varlen, SDPA over jagged nested
-    tensors (per backend), and lmscale's dense causal call over all 16,384 tokens (the TFLOP/s bar)."""
+    tensors (per backend), lmscale's dense causal call over all 16,384 tokens (the TFLOP/s bar), and a dense batch
+    of 16 sequences of the mean length (lmscale and SDPA cuDNN)."""
     dev = torch.device("cuda")
     h, total = 16, 16384
     lengths = packed_lengths(total, 16)
@@ -204,6 +207,12 @@ def packed_case(d, impls, args):
     out.update(run_impls(["lmscale"], lambda i: dense_call(i, True), (qd, kd, vd), dout.view(1, total, h, d),
                          dense_flops, kv_bytes=2 * k.numel() * k.element_size(), args=args,
                          names=["lmscale-dense-16384"]))
+    docs, mean = len(lengths), total // len(lengths)
+    qb, kb, vb = (t.detach().view(docs, mean, h, d).requires_grad_() for t in (q, k, v))
+    batch_impls = [i for i in ("lmscale", "sdpa-cudnn") if i in impls]
+    out.update(run_impls(batch_impls, lambda i: dense_call(i, True), (qb, kb, vb), dout.view(docs, mean, h, d),
+                         4 * d * h * docs * visible_pairs(mean, mean, True), kv_bytes=2 * k.numel() * k.element_size(),
+                         args=args, names=[f"{i}-dense-{docs}x{mean}" for i in batch_impls]))
     return out, lengths
 
 
