@@ -244,7 +244,8 @@ Variant variant(const char* name) {
 // d = 64's short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
 // tile's Q loading while the last one runs (Note [persistent forward]). d = 64: n128c3_q2 is shipped (2026-12-04),
 // n176c2pp_q2 the tile before it, n128c2pp_q2 FwdShort; d = 128: n128c2pp_q2 is shipped, n128c2_q2 the tile before it,
-// 160-key tiles the nearest alternative for the GQA 8k x 128 forward.
+// 160-key tiles the nearest alternative for the GQA 8k x 128 forward, 64- and 96-key ping-pong tiles and three groups
+// of 64-key tiles the alternatives for short causal calls (all slower at 512-2048 tokens, 2026-12-04).
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -259,7 +260,9 @@ std::vector<Variant> variants() {
     return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
   else
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2"),
-            variant<D, 128, 2, true, 2>("n128c2pp_q2"), variant<D, 160, 2, false, 2>("n160c2_q2")};
+            variant<D, 128, 2, true, 2>("n128c2pp_q2"), variant<D, 160, 2, false, 2>("n160c2_q2"),
+            variant<D, 64, 2, true, 2>("n64c2pp_q2"), variant<D, 96, 2, true, 2>("n96c2pp_q2"),
+            variant<D, 64, 3, false, 2>("n64c3_q2")};
 #endif
 }
 
