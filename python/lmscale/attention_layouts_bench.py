@@ -208,11 +208,9 @@ def packed_case(d, impls, args):
                          dense_flops, kv_bytes=2 * k.numel() * k.element_size(), args=args,
                          names=["lmscale-dense-16384"]))
     docs, mean = len(lengths), total // len(lengths)
-    qb, kb, vb = (t.detach().view(docs, mean, h, d).requires_grad_() for t in (q, k, v))
     batch_impls = [i for i in ("lmscale", "sdpa-cudnn") if i in impls]
-    out.update(run_impls(batch_impls, lambda i: dense_call(i, True), (qb, kb, vb), dout.view(docs, mean, h, d),
-                         4 * d * h * docs * visible_pairs(mean, mean, True), kv_bytes=2 * k.numel() * k.element_size(),
-                         args=args, names=[f"{i}-dense-{docs}x{mean}" for i in batch_impls]))
+    out.update({f"{i}-dense-{docs}x{mean}": r
+                for i, r in dense_case(docs, h, h, mean, d, True, -1, batch_impls, args).items()})
     return out, lengths
 
 
