@@ -236,16 +236,18 @@ struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP, int QS = 1>
+template <int D, int N, int C, bool PP, int QS = 1, bool HalfEdge = false>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS, HalfEdge>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped: "shipped" in `time` dispatches as the product does, so at
 // d = 64's short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
 // tile's Q loading while the last one runs (Note [persistent forward]). d = 64: n128c3_q2 is shipped (2026-12-04),
 // n176c2pp_q2 the tile before it, n128c2pp_q2 FwdShort; d = 128: n128c2pp_q2 is shipped, n128c2_q2 the tile before it,
 // 160-key tiles the nearest alternative for the GQA 8k x 128 forward, 64- and 96-key ping-pong tiles and three groups
-// of 64-key tiles the alternatives for short causal calls (all slower at 512-2048 tokens, 2026-12-04).
+// of 64-key tiles the alternatives for short causal calls (all slower at 512-2048 tokens, 2026-12-04). _half: FwdShort at
+// d = 64 and the shipped tile at d = 128 with half-width GEMMs where a group sees half of a query tile's first key tile
+// (Note [half edge tile], flash_fwd_hopper.cuh; built 2026-12-04, not yet timed).
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -255,14 +257,14 @@ std::vector<Variant> variants() {
     return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_q2"),
             variant<D, 128, 2, true>("n128c2pp"), variant<D, 128, 2, true, 2>("n128c2pp_q2"),
             variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3"),
-            variant<D, 128, 3, false, 2>("n128c3_q2")};
+            variant<D, 128, 3, false, 2>("n128c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half")};
   else if constexpr (D == 80)
     return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
   else
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2"),
             variant<D, 128, 2, true, 2>("n128c2pp_q2"), variant<D, 160, 2, false, 2>("n160c2_q2"),
             variant<D, 64, 2, true, 2>("n64c2pp_q2"), variant<D, 96, 2, true, 2>("n96c2pp_q2"),
-            variant<D, 64, 3, false, 2>("n64c3_q2")};
+            variant<D, 64, 3, false, 2>("n64c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half")};
 #endif
 }
 
@@ -505,11 +507,11 @@ struct BwdVariant {
   const char* name;
   void (*fn)(const lk::FlashParams&);
 };
-template <int D, int kBlockM, int kKRegSteps = 0>
+template <int D, int kBlockM, int kKRegSteps = 0, bool kSkipBlind = false>
 BwdVariant bwd_variant(const char* name) {
   return {name, [](const lk::FlashParams& p) {
             lk::hopper::run_bwd_steps<__nv_bfloat16, D>(p, nullptr, [](const lk::FlashParams& pp, cudaStream_t st) {
-              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps>>(pp, st);
+              lk::hopper::launch_bwd<lk::hopper::BwdConfig<__nv_bfloat16, D, kBlockM, kKRegSteps, kSkipBlind>>(pp, st);
             });
           }};
 }
@@ -536,6 +538,11 @@ std::vector<BwdVariant> bwd_variants(int d) {
     v.push_back(bwd_variant<128, 64, 0>("ksmem"));
     v.push_back(bwd_variant<128, 64, 4>("kregs4"));
   }
+  // "skip_blind": the shipped 64-query tiles with Note [blind group tiles] (a group none of whose keys the tile's
+  // queries see runs only its share of dQ; built 2026-12-04, not yet timed).
+  static_assert(lk::hopper::bwd_block_m(80) == 64 && lk::hopper::bwd_block_m(128) == 64, "skip_blind: 64-query tiles");
+  if (d == 80) v.push_back(bwd_variant<80, 64, lk::hopper::bwd_k_reg_steps(80), true>("skip_blind"));
+  if (d == 128) v.push_back(bwd_variant<128, 64, lk::hopper::bwd_k_reg_steps(128), true>("skip_blind"));
   return v;
 #endif
 }

@@ -202,11 +202,7 @@ def packed_case(d, impls, args):
     names = [("lmscale-varlen" if i == "lmscale" else f"{i}-jagged") for i in impls]
     out = run_impls(impls, make, (q, k, v), dout, flops, kv_bytes=2 * k.numel() * k.element_size(), args=args,
                     names=names)
-    qd, kd, vd = (t.detach().view(1, total, h, d).requires_grad_() for t in (q, k, v))
-    dense_flops = 4 * d * h * visible_pairs(total, total, True)
-    out.update(run_impls(["lmscale"], lambda i: dense_call(i, True), (qd, kd, vd), dout.view(1, total, h, d),
-                         dense_flops, kv_bytes=2 * k.numel() * k.element_size(), args=args,
-                         names=["lmscale-dense-16384"]))
+    out.update({f"{i}-dense-{total}": r for i, r in dense_case(1, h, h, total, d, True, -1, ["lmscale"], args).items()})
     docs, mean = len(lengths), total // len(lengths)
     batch_impls = [i for i in ("lmscale", "sdpa-cudnn") if i in impls]
     out.update({f"{i}-dense-{docs}x{mean}": r

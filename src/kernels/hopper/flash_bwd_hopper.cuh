@@ -35,8 +35,8 @@ namespace lmscale::kernels::hopper {
 
 // kBlockM_: queries per tile, 64 or 128 (then S^T / dP^T are 64 x 128 per group and dQ's rows, not
 // columns, split between the groups: Note [dQ split]). The shipped choice per head dim is
-// BwdShipped below. kKRegSteps_: Note [K in registers].
-template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0>
+// BwdShipped below. kKRegSteps_: Note [K in registers]. kSkipBlind_: Note [blind group tiles].
+template <typename T_, int D_, int kBlockM_, int kKRegSteps_ = 0, bool kSkipBlind_ = false>
 struct BwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -58,6 +58,7 @@ struct BwdConfig {
   // S^T = K Q^T run as RS wgmmas, reading only Q from shared memory. 0: K from shared memory.
   static constexpr int kKRegSteps = kKRegSteps_;
   static constexpr bool kKInRegs = kKRegSteps > 0;
+  static constexpr bool kSkipBlind = kSkipBlind_;
   static constexpr int kQBytes = kBlockM * kDPad * 2;   // one Q (or dO) slot
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // K (or V) of the block
   static constexpr int kDSBytes = kBlockM * kKeysPerGroup * 2;  // one consumer's dS tile (128-byte rows)
@@ -501,7 +502,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // alternate between two dS buffers, so a group may write the next tile's dS while the other still
   // reads this one, and the barrier of that next tile guarantees the older buffer is no longer read.
   // A group whose keys all lie after the tile's queries (causal) or past the end runs the tile anyway,
-  // fully masked (P = dS = 0): ptxas serialises wgmmas on paths it cannot prove uniform.
+  // fully masked (P = dS = 0): ptxas serialises wgmmas on paths it cannot prove uniform. Note [blind group tiles]:
+  // with kSkipBlind such a group writes a zero dS and runs only its share of dQ, in an issue group of its own.
   mbar_wait(kv_full, 0);
   if constexpr (C::kKInRegs) {
     // Note [K in registers]. k_frag[kk] = the m64k16 A fragment of K's rows [16 warp, 16 warp + 16) of this
@@ -532,6 +534,19 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   const int2 whole = seq.whole_query_tiles<Masked>(key0, C::kKeysPerGroup, kBlockM);
   const int q_lo_a = seq.first_query<Masked>(key_a), q_hi_a = seq.last_query<Masked>(key_a);
   const int q_lo_b = seq.first_query<Masked>(key_b), q_hi_b = seq.last_query<Masked>(key_b);
+  // Note [blind group tiles]. Under a mask, the query tiles of a key block that some key of the block is seen by can
+  // hold one that none of a group's 64 keys is seen by: at d = 80 / 128 (64-query tiles over 128 keys) the causal
+  // diagonal's first tile, rows [n0, n0 + 64), for the group of keys [n0 + 64, n0 + 128); a group past the key tail.
+  // Its P and dS are exactly 0, so its S^T, dP^T, dV and dK GEMMs add nothing; it still writes its (zero) dS for
+  // the other group's dQ and runs its own columns of dQ, which the other group's keys feed. Four of its five GEMMs
+  // of the tile: at 16 x 1024 causal, 8 of the 144 group tiles of a head's key blocks. Each path is a whole issue
+  // group (fence to wait), the branch broadcast from lane 0, so ptxas sees it warp-uniform.
+  auto blind_tile = [&](int m0) {
+    // (first_query is INT_MAX for a key past the end.)
+    const int last_key = min(key0 + C::kKeysPerGroup, seq.len_k) - 1;
+    const bool blind = seq.first_query<Masked>(key0) >= m0 + kBlockM || seq.last_query<Masked>(last_key) < m0;
+    return __shfl_sync(0xffffffffu, blind, 0) != 0;
+  };
   int m0 = m_begin;
 #pragma unroll 1
   for (int it = 0; it < iters; ++it, m0 = m0 + kBlockM == m_end ? m_begin : m0 + kBlockM) {
@@ -541,6 +556,23 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
     const float* dsum_s = sDsum + s * kBlockM;
     float s_acc[kBlockM / 2], dp_acc[kBlockM / 2];
     mbar_wait(&q_full[s], (it / kStages) & 1);
+    if constexpr (C::kSkipBlind && Masked) {
+      if (blind_tile(m0)) {
+#pragma unroll
+        for (int j = 0; j < kBlockM / 16; ++j) ds_frag[j][0] = ds_frag[j][1] = ds_frag[j][2] = ds_frag[j][3] = 0u;
+        store_ds(smem + C::kOffDS + (buf * C::kConsumers + wg) * C::kDSBytes);
+        fence_proxy_async_smem();
+        named_sync(kBarDs, 128 * C::kConsumers);
+        wgmma_fence();
+        issue_dq(acc_dq, buf);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(acc_dq);
+        hand_over_dq();
+        mbar_arrive(&q_empty[s]);
+        continue;
+      }
+    }
     wgmma_fence();
     if constexpr (C::kKInRegs)
       issue_kq_regs(s_acc, q_slot);

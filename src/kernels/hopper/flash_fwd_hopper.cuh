@@ -37,14 +37,17 @@ namespace lmscale::kernels::hopper {
 
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
 // the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]); kQSlots Q tiles in shared memory (1, or
-// 2 so the next tile's Q loads while the last one is in use: Note [persistent forward]). FwdShipped picks per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1>
+// 2 so the next tile's Q loads while the last one is in use: Note [persistent forward]); whether a group that sees only
+// the first half of a query tile's first key tile runs half-width GEMMs there (Note [half edge tile]). FwdShipped picks
+// per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1, bool kHalfEdge_ = false>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
   static constexpr int kConsumers = kConsumers_;
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
   static constexpr int kQSlots = kQSlots_;
+  static constexpr bool kHalfEdge = kHalfEdge_;
   static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
@@ -77,6 +80,9 @@ struct FwdConfig {
   static_assert(kStages >= 2, "K/V need double buffering");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
+  static_assert(!kHalfEdge || (kBlockN / 2) % 16 == 0, "a half edge tile is whole 16-key steps of P V");
+  static_assert(!kHalfEdge || kConsumers == 2, "with three groups ptxas serialises every wgmma of the half edge kernel "
+                                               "(C7511, insufficient registers: Note [half edge tile])");
 };
 
 // The shipped variant per head dim: the choices of flash_hopper_tiles.h (measured there, checked there).
@@ -170,6 +176,19 @@ __device__ __forceinline__ FwdKeyRange fwd_key_range(const FlashSeq& seq, int m0
   return {n_first, n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0};
 }
 
+// Note [half edge tile]. A query tile's key tiles are walked from the last, so the first one S sees is the diagonal
+// (causal) or the key tail. Where, under a mask, no row of a consumer group sees that tile's second half (the last key
+// its last row sees lies before it: one group of every causal diagonal with 128-row tiles over 128 keys, every key
+// tail of at most half a tile), the group runs that tile's S = Q K^T as one wgmma of N = kBlockN / 2 and its P V over the first
+// kBlockN / 32 16-key steps, a quarter of the tile's work for the two groups; the other half of S is set to -inf (P = 0:
+// the P V steps left out would have added exact zeros). With 128 x 128 tiles, 16 packed documents of 64-2560 tokens
+// (attention_layouts_bench's) visit 1.11x the area they see, 16 x 1024 1.12x, 4 x 512 1.25x, a 16k sequence 1.01x;
+// with the half tiles ~1.07x, 1.07x, 1.15x (tools/probes/hopper_fwd/visited_area.py). ptxas serialises every wgmma of the kernel when a branch
+// inside one issue group picks the width (C7520) or two widths' accumulators meet at a join while in flight (C7511,
+// C7515), so each width has its own whole issue group: the tile seam's S (this tile's first) and the first step of the
+// key-tile loop (its P V) are written twice, and the half seam waits for its S before the epilogue rather than under
+// it. The first tile of a block (no seam) and a query tile of one key tile (its P V at the next seam) keep full-width
+// GEMMs. Two consumer groups only: with three, ptxas serialises the wgmmas anyway (C7511).
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
                                                                           const FlashParams p) {
@@ -310,7 +329,33 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       wgmma_ss<T, kBlockN>(s_acc, da, db, kk > 0);
     }
   };
-  // O += P V for the V tile in slot s (issue only).
+  // S = Q K^T for the first `keys` keys of the K tile in slot s, into the first keys / 2 entries of s_acc, the rest
+  // set to -inf once it is done (issue only; Note [half edge tile]).
+  auto issue_qk_keys = [&](int s, auto keys) {
+    constexpr int kKeys = decltype(keys)::value;
+    float(&s_keys)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(s_acc);
+    const uint32_t a_lo = desc_lo(q_base, 16), b_lo = desc_lo(k_base + s * C::kKVBytes, 16);
+#pragma unroll
+    for (int kk = 0; kk < C::kDPad / 16; ++kk) {
+      const int c = kk / (kSwE / 16), off = (kk % (kSwE / 16)) * 32;
+      const uint64_t da = desc_at(a_lo, kHiAtom, c * kBlockM * kSwB + off);
+      const uint64_t db = desc_at(b_lo, kHiAtom, c * kBlockN * kSwB + off);
+      wgmma_ss<T, kKeys>(s_keys, da, db, kk > 0);
+    }
+  };
+  auto clear_s_after = [&](auto keys) {
+#pragma unroll
+    for (int i = decltype(keys)::value / 2; i < kBlockN / 2; ++i) s_acc[i] = -INFINITY;
+  };
+  // O += P V for the V tile in slot s over its first `keys` keys (issue only; Note [half edge tile]).
+  auto issue_pv_keys = [&](int s, auto keys) {
+    const uint32_t b_lo = desc_lo(v_base + s * C::kKVBytes, kBlockN * kSwB);
+#pragma unroll
+    for (int kk = 0; kk < decltype(keys)::value / 16; ++kk) {
+      const uint64_t db = desc_at(b_lo, kHiAtom, kk * 16 * kSwB);
+      wgmma_rs<T, D>(acc_o, p_frag[kk], db, 1);
+    }
+  };
   auto issue_pv = [&](int s) {
     const uint32_t b_lo = desc_lo(v_base + s * C::kKVBytes, kBlockN * kSwB);
 #pragma unroll
@@ -447,6 +492,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   // back), and the tile's epilogue runs while that S is in flight; so the tensor cores see no gap between two tiles
   // but the next tile's first softmax. `pending`: acc_o holds a tile whose last P V (its V at ring position
   // pv_pos) is still to issue.
+  // A whole key tile, and its first half where the variant runs half edge tiles (Note [half edge tile]).
+  using AllKeys = std::integral_constant<int, kBlockN>;
+  using HalfKeys = std::integral_constant<int, C::kHalfEdge && Masked ? kBlockN / 2 : kBlockN>;
   bool pending = false;
   int pv_pos = 0;  // the ring position of the pending tile's last V
   auto wait_last_v = [&] { mbar_wait(&v_full[pv_pos % kStages], (pv_pos / kStages) & 1); };
@@ -491,22 +539,43 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       if (pending) finish_pending(false);
     } else {
       const int s0 = ring % kStages;
+      // No row of this group sees the second half of the first key tile (Note [half edge tile]); broadcast from lane
+      // 0 so ptxas sees the branches around the wgmmas warp-uniform.
+      const bool half_edge =
+          C::kHalfEdge && Masked && __shfl_sync(0xffffffffu, seq.last_key<Masked>(m0 + 64 * wg + 63) <
+                                                       n_first + (n_tiles - 1) * kBlockN + kBlockN / 2, 0);
       mbar_wait(&k_full[s0], (ring / kStages) & 1);
       // First key tile: S beside the last tile's last P V (Note [tile seam]), or S alone.
-      if (pending) {
+      auto seam = [&](auto keys) {
         wait_last_v();
         turn_begin();
         wgmma_fence();
         issue_pv(pv_pos % kStages);
         wgmma_commit();
-        issue_qk(s0);
-        wgmma_commit();
-        turn_end(false);
-        wgmma_wait<1>();  // the last tile's P V is done; this tile's S may still run under its epilogue
-        release_last_v();
-        store_tile();
-        pending = false;
-        wgmma_wait<0>();
+        if constexpr (decltype(keys)::value == kBlockN) {
+          issue_qk(s0);
+          wgmma_commit();
+          turn_end(false);
+          wgmma_wait<1>();  // the last tile's P V is done; this tile's S may still run under its epilogue
+          release_last_v();
+          store_tile();
+          pending = false;
+          wgmma_wait<0>();
+        } else {
+          issue_qk_keys(s0, keys);
+          wgmma_commit();
+          turn_end(false);
+          wgmma_wait<0>();
+          release_last_v();
+          store_tile();
+          pending = false;
+          clear_s_after(keys);
+        }
+      };
+      if (half_edge && pending) {
+        if constexpr (C::kHalfEdge && Masked) seam(HalfKeys{});
+      } else if (pending) {
+        seam(AllKeys{});
       } else {
         turn_begin();
         wgmma_fence();
@@ -530,7 +599,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         softmax(fa, fb);
         convert_p();
       }
-      for (int it = 1; it < n_tiles; ++it) {
+      // Key tile `it` (from the last): its S beside the last one's P V over pv_keys keys.
+      auto key_step = [&](int it, auto pv_keys) {
         const int n0 = n_first + (n_tiles - 1 - it) * kBlockN;
         const int pos = ring + it;
         const int s = pos % kStages, s_prev = (pos - 1) % kStages;
@@ -541,7 +611,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         wgmma_fence();
         issue_qk(s);
         wgmma_commit();
-        issue_pv(s_prev);
+        if constexpr (decltype(pv_keys)::value == kBlockN)
+          issue_pv(s_prev);
+        else
+          issue_pv_keys(s_prev, pv_keys);
         wgmma_commit();
         turn_end(false);
         wgmma_wait<1>();  // S of this tile is done; P V of the previous one may still run
@@ -558,7 +631,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         if (lane == 0) mbar_arrive(&v_empty[s_prev]);
         rescale_o(fa, fb);
         convert_p();
-      }
+      };
+      int it = 1;
+      if constexpr (C::kHalfEdge && Masked)
+        if (half_edge && n_tiles > 1) key_step(it++, HalfKeys{});
+      for (; it < n_tiles; ++it) key_step(it, AllKeys{});
       // Every S of this tile is done (and the index read): the producer may load the next tile's Q.
       mbar_arrive(&q_empty[qs]);
       pv_pos = ring + n_tiles - 1;
