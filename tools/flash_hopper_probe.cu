@@ -110,6 +110,28 @@ lk::FlashParams make_params(const Case& c, const Layout& L, void* q, void* k, vo
   return p;
 }
 
+// One row's fp64 reference, softmax(q_i K^T / sqrt(d)) V over keys [0, n), folded into the largest |O - O_ref| and
+// |L - L_ref| so far (a non-finite output counts as infinite). at(t, row, col) reads buffer t (0 q, 1 k, 2 v, 3 o).
+template <typename At>
+void row_errors(At&& at, int i, int n, int d, double got_l, std::vector<double>& sc, double& err_o, double& err_l) {
+  double mx = -INFINITY;
+  for (int j = 0; j < n; ++j) {
+    double a = 0;
+    for (int x = 0; x < d; ++x) a += at(0, i, x) * at(1, j, x);
+    sc[j] = a / std::sqrt(double(d));
+    mx = std::max(mx, sc[j]);
+  }
+  double sum = 0;
+  for (int j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+  for (int x = 0; x < d; ++x) {
+    double a = 0;
+    for (int j = 0; j < n; ++j) a += sc[j] * at(2, j, x);
+    const double got = at(3, i, x);
+    err_o = std::isfinite(got) ? std::max(err_o, std::abs(got - a / sum)) : INFINITY;
+  }
+  err_l = std::isfinite(got_l) ? std::max(err_l, std::abs(got_l - (mx + std::log(sum)))) : INFINITY;
+}
+
 // Max |O - O_ref| / max(max |O_ref|, 1) and max |L - L_ref| over sampled rows (every row up to 1024).
 int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::FlashParams&, cudaStream_t) = nullptr) {
   const Layout L = make_layout(c.b, c.h, c.s, c.ld, c.bshd);
@@ -149,27 +171,11 @@ int check_case(const Case& c, std::mt19937& rng, bool (*variant)(const lk::Flash
   for (int bi = 0; bi < c.b; ++bi)
     for (int hi = 0; hi < c.h; ++hi)
       for (int i : rows) {
-        auto at = [&](const std::vector<uint16_t>& t, int row, int col) {
-          return double(from_bits(t[bi * L.batch + hi * L.head + row * L.row + col], c.bf16));
+        const std::vector<uint16_t>* bufs[4] = {&hq, &hk, &hv, &ho};
+        auto at = [&](int t, int row, int col) {
+          return double(from_bits((*bufs[t])[bi * L.batch + hi * L.head + row * L.row + col], c.bf16));
         };
-        const int n = c.causal ? i + 1 : c.s;
-        double mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          double a = 0;
-          for (int x = 0; x < c.d; ++x) a += at(hq, i, x) * at(hk, j, x);
-          sc[j] = a / std::sqrt(double(c.d));
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
-        for (int x = 0; x < c.d; ++x) {
-          double a = 0;
-          for (int j = 0; j < n; ++j) a += sc[j] * at(hv, j, x);
-          const double got = at(ho, i, x);
-          err_o = std::isfinite(got) ? std::max(err_o, std::abs(got - a / sum)) : INFINITY;
-        }
-        const double got_l = hl[(int64_t(bi) * c.h + hi) * c.s + i];
-        err_l = std::isfinite(got_l) ? std::max(err_l, std::abs(got_l - (mx + std::log(sum)))) : INFINITY;
+        row_errors(at, i, c.causal ? i + 1 : c.s, c.d, hl[(int64_t(bi) * c.h + hi) * c.s + i], sc, err_o, err_l);
       }
   for (void* x : {q, k, v, o}) CHECK(cudaFree(x));
   CHECK(cudaFree(lse));
@@ -206,11 +212,16 @@ int check_grid(bool small, int only_d, Run&& run, Extra&& extra) {
   return failures;
 }
 
+// A forward variant's launch (the shipped kernels' when null).
+using VariantFn = bool (*)(const lk::FlashParams&, cudaStream_t);
+int check_packed_case(int d, bool causal, std::mt19937& rng, VariantFn variant);
+
 int check(bool small, int only_d) {
   std::mt19937 rng(1234);
   auto run = [&](const Case& c) { return check_case(c, rng); };
   const int failures = check_grid(small, only_d, run, [&](int d, bool causal, bool bf) {
-    return run(Case{3, 1, 129, d, causal, bf, true, d + 16});  // heads inside padded rows
+    return run(Case{3, 1, 129, d, causal, bf, true, d + 16}) +  // heads inside padded rows
+           (bf && !small ? check_packed_case(d, causal, rng, nullptr) : 0);
   });
   std::printf("check: %d failure(s)\n", failures);
   return failures ? 1 : 0;
@@ -231,14 +242,13 @@ void run_mma_sync(const lk::FlashParams& p) {
 }
 
 // Variants of the Hopper forward timed next to the shipped one (bf16): key tile, consumer groups, ping-pong.
-using VariantFn = bool (*)(const lk::FlashParams&, cudaStream_t);
 struct Variant {
   const char* name;
   VariantFn fn;
 };
-template <int D, int N, int C, bool PP, int QS = 1, bool HalfEdge = false>
+template <int D, int N, int C, bool PP, int QS = 1, bool HalfEdge = false, bool TmaStoreO = false>
 Variant variant(const char* name) {
-  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS, HalfEdge>>};
+  return {name, lk::hopper::launch_fwd<lk::hopper::FwdConfig<__nv_bfloat16, D, N, C, PP, QS, HalfEdge, TmaStoreO>>};
 }
 // Per head dim: v1's n128c2, the shipped one (FwdShipped: "shipped" in `time` dispatches as the product does, so at
 // d = 64's short causal shapes it is FwdShort, n128c2pp_q2) and the nearest alternatives; _q2: two Q slots, the next
@@ -247,7 +257,9 @@ Variant variant(const char* name) {
 // 160-key tiles the nearest alternative for the GQA 8k x 128 forward, 64- and 96-key ping-pong tiles and three groups
 // of 64-key tiles the alternatives for short causal calls (all slower at 512-2048 tokens, 2026-12-04). _half: FwdShort at
 // d = 64 and the shipped tile at d = 128 with half-width GEMMs where a group sees half of a query tile's first key tile
-// (Note [half edge tile], flash_fwd_hopper.cuh; built 2026-12-04, not yet timed).
+// (Note [half edge tile], flash_fwd_hopper.cuh); _tma: the shipped tiles (and FwdShort) with O through shared memory
+// and TMA stores (Note [O by TMA store]; d = 80 then keeps three K/V stages, not four). Both built 2026-12-04, not yet
+// timed.
 template <int D>
 std::vector<Variant> variants() {
 #ifdef PROBE_SHIPPED_ONLY  // -DPROBE_SHIPPED_ONLY: no variants, a quicker build for A/B of the shipped kernels
@@ -257,14 +269,18 @@ std::vector<Variant> variants() {
     return {variant<D, 176, 2, true>("n176c2pp"), variant<D, 176, 2, true, 2>("n176c2pp_q2"),
             variant<D, 128, 2, true>("n128c2pp"), variant<D, 128, 2, true, 2>("n128c2pp_q2"),
             variant<D, 192, 2, true>("n192c2pp"), variant<D, 128, 3, false>("n128c3"),
-            variant<D, 128, 3, false, 2>("n128c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half")};
+            variant<D, 128, 3, false, 2>("n128c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half"),
+            variant<D, 128, 3, false, 2, false, true>("n128c3_q2_tma"),
+            variant<D, 128, 2, true, 2, false, true>("n128c2pp_q2_tma")};
   else if constexpr (D == 80)
-    return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2")};
+    return {variant<D, 96, 3, false>("n96c3"), variant<D, 96, 3, false, 2>("n96c3_q2"),
+            variant<D, 96, 3, false, 2, false, true>("n96c3_q2_tma")};
   else
     return {variant<D, 128, 2, false>("n128c2"), variant<D, 128, 2, false, 2>("n128c2_q2"),
             variant<D, 128, 2, true, 2>("n128c2pp_q2"), variant<D, 160, 2, false, 2>("n160c2_q2"),
             variant<D, 64, 2, true, 2>("n64c2pp_q2"), variant<D, 96, 2, true, 2>("n96c2pp_q2"),
-            variant<D, 64, 3, false, 2>("n64c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half")};
+            variant<D, 64, 3, false, 2>("n64c3_q2"), variant<D, 128, 2, true, 2, true>("n128c2pp_q2_half"),
+            variant<D, 128, 2, true, 2, false, true>("n128c2pp_q2_tma")};
 #endif
 }
 
@@ -357,18 +373,81 @@ int time(const Case& c, int iters, bool all) {
   return 0;
 }
 
-// Every variant against fp64 on a few odd sizes (bf16): a variant must be correct before it is timed.
+// A packed batch (flash-attn's varlen layout: (total, H, D) rows, int32 offsets), causal or not, against fp64 per
+// document (bf16, poisoned outputs): query tiles that straddle documents, partial last tiles, an empty document and a
+// one-token one. The rows a packed kernel stores from registers and those a variant may store otherwise meet here.
+int check_packed_case(int d, bool causal, std::mt19937& rng, VariantFn variant) {
+  const std::vector<int> lens = {77, 0, 300, 128, 1, 190, 64, 513};
+  std::vector<int> off(1, 0);
+  for (int n : lens) off.push_back(off.back() + n);
+  const int h = 2, total = off.back(), docs = int(lens.size());
+  const Case c{1, h, total, d, causal, true, true, d};
+  const Layout L = make_layout(1, h, total, d, true);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint16_t> host[4] = {std::vector<uint16_t>(L.elems), std::vector<uint16_t>(L.elems),
+                                   std::vector<uint16_t>(L.elems), std::vector<uint16_t>(L.elems)};
+  void* dev[4];
+  for (int t = 0; t < 4; ++t) {
+    CHECK(cudaMalloc(&dev[t], L.elems * 2));
+    if (t < 3) {
+      for (auto& e : host[t]) e = to_bits(dist(rng), true);
+      CHECK(cudaMemcpy(dev[t], host[t].data(), L.elems * 2, cudaMemcpyHostToDevice));
+    }
+  }
+  float* lse;
+  int* cu;
+  CHECK(cudaMalloc(&lse, int64_t(h) * total * 4));
+  CHECK(cudaMalloc(&cu, (docs + 1) * 4));
+  CHECK(cudaMemcpy(cu, off.data(), (docs + 1) * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(dev[3], 0xff, L.elems * 2));  // NaN poison: a skipped element fails
+  CHECK(cudaMemset(lse, 0xff, int64_t(h) * total * 4));
+  auto p = make_params(c, L, dev[0], dev[1], dev[2], dev[3], lse);
+  p.batch = docs, p.cu_seqlens_q = p.cu_seqlens_k = cu, p.total_q = p.total_k = total;
+  p.seqlen_q = p.seqlen_k = *std::max_element(lens.begin(), lens.end());
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+  if (variant)
+    variant(p, nullptr);
+  else
+    lk::hopper::run_fwd(p, nullptr);
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> hl(int64_t(h) * total);
+  CHECK(cudaMemcpy(host[3].data(), dev[3], L.elems * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hl.data(), lse, hl.size() * 4, cudaMemcpyDeviceToHost));
+  double err_o = 0, err_l = 0;
+  std::vector<double> sc(total);
+  for (int b = 0; b < docs; ++b)
+    for (int hi = 0; hi < h; ++hi)
+      for (int i = 0; i < lens[b]; ++i) {
+        auto at = [&](int t, int row, int col) {
+          return double(from_bits(host[t][(off[b] + row) * L.row + hi * L.head + col], true));
+        };
+        row_errors(at, i, causal ? i + 1 : lens[b], d, hl[int64_t(hi) * total + off[b] + i], sc, err_o, err_l);
+      }
+  for (void* x : dev) CHECK(cudaFree(x));
+  CHECK(cudaFree(lse));
+  CHECK(cudaFree(cu));
+  const bool ok = err_o < 2e-2 && err_l < 2e-3;  // the tolerances of check_case (bf16)
+  std::printf("check packed bf16 d=%-3d %d documents (%d tokens) h=%d causal=%d  |dO| %.2e  |dL| %.2e  %s\n", d, docs,
+              total, h, causal, err_o, err_l, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+// Every variant against fp64 on a few odd sizes and a packed batch (bf16): a variant must be correct before it is
+// timed.
 int check_variants() {
   int failures = 0;
   std::mt19937 rng(99);
   for (int d : {64, 80, 128}) {
     const auto vs = d == 64 ? variants<64>() : d == 80 ? variants<80>() : variants<128>();
     for (const auto& var : vs)
-      for (bool causal : {false, true})
+      for (bool causal : {false, true}) {
         for (int s : {77, 700}) {
           std::printf("[%s] ", var.name);
           failures += check_case({1, 2, s, d, causal, true, false, d}, rng, var.fn);
         }
+        std::printf("[%s] ", var.name);
+        failures += check_packed_case(d, causal, rng, var.fn);
+      }
   }
   std::printf("check_variants: %d failure(s)\n", failures);
   return failures ? 1 : 0;

@@ -38,9 +38,10 @@ namespace lmscale::kernels::hopper {
 // One forward variant: dtype, head dim, key tile, consumer warpgroups (64 query rows each) and whether
 // the consumers take turns issuing their GEMMs (ping-pong, Note [ping-pong]); kQSlots Q tiles in shared memory (1, or
 // 2 so the next tile's Q loads while the last one is in use: Note [persistent forward]); whether a group that sees only
-// the first half of a query tile's first key tile runs half-width GEMMs there (Note [half edge tile]). FwdShipped picks
-// per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1, bool kHalfEdge_ = false>
+// the first half of a query tile's first key tile runs half-width GEMMs there (Note [half edge tile]); whether O goes
+// out through shared memory by TMA stores (Note [O by TMA store]). FwdShipped picks per D.
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1, bool kHalfEdge_ = false,
+          bool kTmaStoreO_ = false>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -48,6 +49,7 @@ struct FwdConfig {
   static constexpr bool kPingPong = kPingPong_ && kConsumers_ == 2;
   static constexpr int kQSlots = kQSlots_;
   static constexpr bool kHalfEdge = kHalfEdge_;
+  static constexpr bool kTmaStoreO = kTmaStoreO_;
   static constexpr int kBlockM = 64 * kConsumers;  // one wgmma M (64 rows) per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
   // Head dims that are a multiple of 64 use the 128-byte swizzle; 80 is padded to 96 and uses 64-byte
@@ -58,10 +60,13 @@ struct FwdConfig {
   static constexpr int kChunks = kDPad / kSwizzleElems;
   static constexpr int kQBytes = kBlockM * kDPad * 2;
   static constexpr int kKVBytes = kBlockN * kDPad * 2;  // one K (or V) slot
-  // As many K/V stages as fit next to Q in 227 KB (at most 4).
-  static constexpr int kStages = (227 * 1024 - 2048 - kQSlots * kQBytes) / (2 * kKVBytes) > 4
+  // O's staging, one 64-row tile per consumer group, laid out as Q's rows (Note [O by TMA store]).
+  static constexpr int kOGroupBytes = 64 * kDPad * 2;
+  static constexpr int kOBytes = kTmaStoreO ? kConsumers * kOGroupBytes : 0;
+  // As many K/V stages as fit next to Q (and O's staging) in 227 KB (at most 4).
+  static constexpr int kStages = (227 * 1024 - 2048 - kQSlots * kQBytes - kOBytes) / (2 * kKVBytes) > 4
                                      ? 4
-                                     : (227 * 1024 - 2048 - kQSlots * kQBytes) / (2 * kKVBytes);
+                                     : (227 * 1024 - 2048 - kQSlots * kQBytes - kOBytes) / (2 * kKVBytes);
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Register split (setmaxnreg): the producer keeps 24, the consumers share the rest of the 64K file (240 each of
   // two, 160 each of three). ptxas spills a few words of the producer's tile walk (the tile counter, a packed batch's
@@ -73,11 +78,14 @@ struct FwdConfig {
                                            : ((65536 - 128 * kProducerRegs) / (128 * kConsumers)) / 8 * 8;
   // Shared memory: Q, K slots, V slots (1024-byte aligned: the swizzle pattern repeats every 1024 bytes
   // and the descriptors assume atom-aligned bases), then the barriers.
-  static constexpr int kBarrierOffset = kQSlots * kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kOOffset = kQSlots * kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kBarrierOffset = kOOffset + kOBytes;
   static constexpr int kTileOffset = kBarrierOffset + (2 * kQSlots + 4 * kStages) * 8;  // the tiles handed on
   static constexpr int kSmemBytes = kTileOffset + 16 + 1024;                            // + alignment slack
   static_assert(kQSlots == 1 || kQSlots == 2, "one Q slot, or two (the 16 bytes at kTileOffset hold one index each)");
-  static_assert(kStages >= 2, "K/V need double buffering");
+  static_assert(kStages >= 2, "K/V need double buffering (with O's staging too)");
+  static_assert(!(kHalfEdge && kTmaStoreO), "with both, ptxas serialises every wgmma of the kernel (C7511)");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
   static_assert(D % 16 == 0 && D <= 256, "wgmma N is a multiple of 8; P V uses N = D");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T uses wgmma N = kBlockN");
   static_assert(!kHalfEdge || (kBlockN / 2) % 16 == 0, "a half edge tile is whole 16-key steps of P V");
@@ -95,6 +103,12 @@ using FwdShort = FwdConfig<T, D, fwd_short_block_n(D), fwd_short_consumers(D), t
 struct FwdMaps {
   CUtensorMap q, k, v;
 };
+// ... and O's, a box of one group's 64 rows, where O goes out by TMA stores (Note [O by TMA store]).
+struct FwdMapsO : FwdMaps {
+  CUtensorMap o;
+};
+template <typename C>
+using FwdMapsFor = std::conditional_t<C::kTmaStoreO, FwdMapsO, FwdMaps>;
 
 // Note [descriptors]. K-major operands (Q as A, K as B of S = Q K^T): each 16-wide k step of the
 // contraction lies inside one swizzle row, so the descriptor starts at chunk + 32 bytes * step, the 8-row
@@ -176,6 +190,15 @@ __device__ __forceinline__ FwdKeyRange fwd_key_range(const FlashSeq& seq, int m0
   return {n_first, n_end > n_first ? (n_end - n_first + kBlockN - 1) / kBlockN : 0};
 }
 
+// Note [O by TMA store]. With kTmaStoreO each consumer group writes its 64 rows of O / l into a staging tile laid out
+// as TMA writes Q (kSwizzleElems-column chunks of 64 rows, swizzled), then one thread stores the chunks by TMA and the
+// epilogue goes on: instead of D / 4 four-byte global stores per thread (half of whose sectors are partial), D / 4
+// conflict-free shared-memory stores, two group barriers and a fence. The group's thread that issued the last store
+// waits for it to have read the staging before the group refills it (a tile later), and for every store before the
+// block exits. A packed batch's group whose rows reach before or past its sequence stores from registers: the map's
+// rows there are the neighbours'. Named barriers kBarOStage + group (ping-pong takes 1 and 2).
+constexpr int kBarOStage = 3;
+
 // Note [half edge tile]. A query tile's key tiles are walked from the last, so the first one S sees is the diagonal
 // (causal) or the key tail. Where, under a mask, no row of a consumer group sees that tile's second half (the last key
 // its last row sees lies before it: one group of every causal diagonal with 128-row tiles over 128 keys, every key
@@ -190,7 +213,7 @@ __device__ __forceinline__ FwdKeyRange fwd_key_range(const FlashSeq& seq, int m0
 // it. The first tile of a block (no seam) and a query tile of one key tile (its P V at the next seam) keep full-width
 // GEMMs. Two consumer groups only: with three, ptxas serialises the wgmmas anyway (C7511).
 template <typename C, bool Masked>
-__global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMaps maps,
+__global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMapsFor<C> maps,
                                                                           const FlashParams p) {
   LMSCALE_HOPPER_KERNEL_PREAMBLE(C);
   unsigned char* sQ = smem;
@@ -316,6 +339,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
   T* o_rows = nullptr;
   float* lse_rows = nullptr;
   bool keep_a = false, keep_b = false;
+  // ... and, where O goes out by TMA stores, this group's rows of it as the map's coordinates, and whether the map may
+  // take them (Note [O by TMA store]).
+  int o_row = 0, o_head = 0, o_batch = 0;
+  bool o_by_tma = false;
 
   // S = Q K^T for the K tile in slot s (issue only).
   // Descriptors from their two words, one add per k-step (desc_lo / desc_at, hopper_ptx.cuh).
@@ -330,7 +357,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     }
   };
   // S = Q K^T for the first `keys` keys of the K tile in slot s, into the first keys / 2 entries of s_acc, the rest
-  // set to -inf once it is done (issue only; Note [half edge tile]).
+  // set to -inf once it is done (issue only; Note [half edge tile]). issue_qk and issue_pv are not written through
+  // these two: routed through the generic lambdas, ptxas reorders the d = 128 causal kernel's softmax, and the shipped
+  // kernels keep their schedule until the half edge variant is measured (then one pair goes).
   auto issue_qk_keys = [&](int s, auto keys) {
     constexpr int kKeys = decltype(keys)::value;
     float(&s_keys)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(s_acc);
@@ -455,15 +484,46 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       l_b += __shfl_xor_sync(0xffffffffu, l_b, o);
     }
     const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
+    bool staged = false;
+    if constexpr (C::kTmaStoreO) {
+      if (o_by_tma) {
+        unsigned char* stage = smem + C::kOOffset + wg * C::kOGroupBytes;
+        if (t == 0) bulk_wait_read<0>();  // the group's last store has read the staging
+        named_sync(kBarOStage + wg, 128);
+        const int row_a = warp * 16 + lane / 4;  // in the group's 64 rows
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      const int col = 8 * i + col_in_tile;
-      if (keep_a)
-        *reinterpret_cast<uint32_t*>(o_rows + r_a * p.o_row_stride + col) =
-            pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
-      if (keep_b)
-        *reinterpret_cast<uint32_t*>(o_rows + r_b * p.o_row_stride + col) =
-            pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
+        for (int i = 0; i < D / 8; ++i) {
+          const int col = 8 * i + col_in_tile;
+          unsigned char* chunk = stage + (col / kSwE) * 64 * kSwB;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int off = (row_a + 8 * h) * kSwB + (col % kSwE) * 2;
+            const float inv = h ? inv_b : inv_a;
+            *reinterpret_cast<uint32_t*>(chunk + (off ^ (((off >> 7) & (kSwB / 16 - 1)) << 4))) =
+                pack2<T>(acc_o[4 * i + 2 * h] * inv, acc_o[4 * i + 2 * h + 1] * inv);
+          }
+        }
+        fence_proxy_async_smem();  // the staging stores before the TMA store (async proxy) reads them
+        named_sync(kBarOStage + wg, 128);
+        if (t == 0) {
+          for (int c = 0; c < kChunks; ++c)
+            tma_store_4d(stage + c * 64 * kSwB, &maps.o, c * kSwE, o_row, o_head, o_batch);
+          bulk_commit();
+        }
+        staged = true;
+      }
+    }
+    if (!staged) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const int col = 8 * i + col_in_tile;
+        if (keep_a)
+          *reinterpret_cast<uint32_t*>(o_rows + r_a * p.o_row_stride + col) =
+              pack2<T>(acc_o[4 * i] * inv_a, acc_o[4 * i + 1] * inv_a);
+        if (keep_b)
+          *reinterpret_cast<uint32_t*>(o_rows + r_b * p.o_row_stride + col) =
+              pack2<T>(acc_o[4 * i + 2] * inv_b, acc_o[4 * i + 3] * inv_b);
+      }
     }
     if (lane % 4 == 0) {
       if (keep_a) lse_rows[r_a] = l_a > 0.f ? m_a * p.scale + logf(l_a) : INFINITY;
@@ -646,6 +706,13 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
              (seq.q_row0 + m0) * p.o_row_stride;
     lse_rows = p.lse + seq.stat_row0(tile.h) + m0;
     keep_a = m0 + r_a >= 0 && m0 + r_a < seq.len_q, keep_b = m0 + r_b >= 0 && m0 + r_b < seq.len_q;
+    if constexpr (C::kTmaStoreO) {
+      // A dense sequence is the map's rows, which clips those before and past it; in a packed batch they are the
+      // neighbours' rows, so a group with such rows stores from registers.
+      const int g0 = m0 + 64 * wg;
+      o_by_tma = !flash_varlen(p) || (g0 >= 0 && g0 + 64 <= seq.len_q);
+      o_row = static_cast<int>(seq.q_row0) + g0, o_head = tile.h, o_batch = flash_varlen(p) ? 0 : tile.b;
+    }
     if (n_tiles == 0) store_tile();  // acc_o, m and l are as store_tile left them: O = 0, L = +inf
   }
   if (pending) finish_pending(true);
@@ -654,6 +721,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
     // group 1's first arrival or last turn left it, so the named barriers end balanced.
     if (wg == 0) named_sync(1, 256);
   }
+  if constexpr (C::kTmaStoreO)
+    if (t == 0) bulk_wait_all();  // the block's shared memory outlives its last stores
 }
 
 }  // namespace lmscale::kernels::hopper

@@ -19,8 +19,12 @@ namespace lmscale::kernels::hopper {
 // Builds the maps and launches variant C on `stream`; false (nothing launched) when the maps cannot be built.
 template <typename C>
 bool launch_fwd(const FlashParams& p, cudaStream_t stream) {
-  FwdMaps maps;
+  FwdMapsFor<C> maps;
   const FlashRowsView qv = flash_q_view(p), kv = flash_k_view(p);
+  if constexpr (C::kTmaStoreO)  // O has Q's rows; one consumer group's 64 of them per box (Note [O by TMA store])
+    if (!make_map(&maps.o, p, p.o, qv, p.o_row_stride, p.o_head_stride, p.o_batch_stride, C::kSwizzleElems, 64,
+                  C::kSwizzleBytes))
+      return false;
   if (!make_map(&maps.q, p, p.q, qv, p.q_row_stride, p.q_head_stride, p.q_batch_stride, C::kSwizzleElems, C::kBlockM,
                 C::kSwizzleBytes) ||
       !make_map(&maps.k, p, p.k, kv, p.k_row_stride, p.k_head_stride, p.k_batch_stride, C::kSwizzleElems, C::kBlockN,
