@@ -284,6 +284,18 @@ std::vector<Variant> variants() {
 #endif
 }
 
+// PROBE_VARIANTS=a,b: only the variants of those names, forward or backward, in `time`, `variants` and
+// `bwd_variants` (all of them when unset).
+template <typename V>
+std::vector<V> listed(std::vector<V> vs) {
+  if (const char* only = std::getenv("PROBE_VARIANTS")) {
+    const std::string names = std::string(",") + only + ",";
+    auto unlisted = [&](const V& v) { return names.find("," + std::string(v.name) + ",") == std::string::npos; };
+    vs.erase(std::remove_if(vs.begin(), vs.end(), unlisted), vs.end());
+  }
+  return vs;
+}
+
 // PROBE_STATIC_TILES=1: the Hopper forward's fixed tile shares instead of its dynamic order (make_params).
 // PROBE_BSHD=1: q, k, v, o in (B, S, H, D) rows (flash-attn's layout, what the product's benchmarks pass) instead of
 // (B, H, S, D). PROBE_QUEUED=1: the mean of calls queued back to back (queued_ms) instead of the median of
@@ -347,12 +359,7 @@ int time(const Case& c, int iters, bool all) {
               bshd ? " bshd" : "", queued ? " queued" : "", c.bf16 ? "bf16" : "fp16", c.b, c.h, p.heads_k, c.s, c.d,
               c.causal, th, flop / th / 1e9, tm, tm > 0 ? flop / tm / 1e9 : 0.0);
   if (all && c.bf16) {
-    auto vs = c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>();
-    if (const char* only = std::getenv("PROBE_VARIANTS")) {
-      const std::string names = std::string(",") + only + ",";
-      auto unlisted = [&](const Variant& v) { return names.find("," + std::string(v.name) + ",") == std::string::npos; };
-      vs.erase(std::remove_if(vs.begin(), vs.end(), unlisted), vs.end());
-    }
+    auto vs = listed(c.d == 64 ? variants<64>() : c.d == 80 ? variants<80>() : variants<128>());
     const int rounds = std::getenv("PROBE_ROUNDS") ? std::max(1, std::atoi(std::getenv("PROBE_ROUNDS"))) : 1;
     for (int r = 0; r < rounds; ++r) {
       if (r > 0) {
@@ -438,7 +445,7 @@ int check_variants() {
   int failures = 0;
   std::mt19937 rng(99);
   for (int d : {64, 80, 128}) {
-    const auto vs = d == 64 ? variants<64>() : d == 80 ? variants<80>() : variants<128>();
+    const auto vs = listed(d == 64 ? variants<64>() : d == 80 ? variants<80>() : variants<128>());
     for (const auto& var : vs)
       for (bool causal : {false, true}) {
         for (int s : {77, 700}) {
@@ -783,7 +790,7 @@ int check_bwd_variants() {
   int failures = 0;
   std::mt19937 rng(77);
   for (int d : {64, 80, 128})
-    for (const BwdVariant& var : bwd_variants(d))
+    for (const BwdVariant& var : listed(bwd_variants(d)))
       for (bool causal : {false, true}) {
         for (int s : {1, 77, 130, 1000}) failures += check_bwd_case({1, 2, s, d, causal, true, false, d}, rng, &var);
         failures += check_bwd_case({2, 3, 257, d, causal, true, true, d}, rng, &var);

@@ -3,8 +3,8 @@
 # (carry build-probe) checks every forward variant against fp64, runs compute-sanitizer on the shipped kernels and
 # the variants, and times the shipped forward beside each variant at issue 40's shapes and the leaderboard's.
 #   tools/probes/hopper_fwd/fwd_variants.sh OUT [ROUNDS]      (PROBE: the binary, default build-probe/flash_hopper_probe)
-# PROBE_VARIANTS=a,b times only those variants (every variant is still checked and sanitised); shapes are (B, S, H, D)
-# rows, as the product's callers pass them (PROBE_BSHD=1).
+# PROBE_VARIANTS=a,b checks, sanitises and times only those variants (the shipped kernels always); shapes are (B, S, H,
+# D) rows, as the product's callers pass them (PROBE_BSHD=1).
 # Results go straight under OUT in three files (checks.txt, sanitizer.txt, time.txt), so a time limit keeps what
 # finished.
 set -uo pipefail
