@@ -40,8 +40,8 @@ namespace lmscale::kernels::hopper {
 // 2 so the next tile's Q loads while the last one is in use: Note [persistent forward]); whether a group that sees only
 // the first half of a query tile's first key tile runs half-width GEMMs there (Note [half edge tile]); whether O goes
 // out through shared memory by TMA stores (Note [O by TMA store]). FwdShipped picks per D.
-template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1, bool kHalfEdge_ = false,
-          bool kTmaStoreO_ = false>
+template <typename T_, int D_, int kBlockN_, int kConsumers_, bool kPingPong_, int kQSlots_ = 1,
+          bool kHalfEdge_ = false, bool kTmaStoreO_ = false>
 struct FwdConfig {
   using T = T_;
   static constexpr int D = D_;
@@ -201,17 +201,18 @@ constexpr int kBarOStage = 3;
 
 // Note [half edge tile]. A query tile's key tiles are walked from the last, so the first one S sees is the diagonal
 // (causal) or the key tail. Where, under a mask, no row of a consumer group sees that tile's second half (the last key
-// its last row sees lies before it: one group of every causal diagonal with 128-row tiles over 128 keys, every key
-// tail of at most half a tile), the group runs that tile's S = Q K^T as one wgmma of N = kBlockN / 2 and its P V over the first
-// kBlockN / 32 16-key steps, a quarter of the tile's work for the two groups; the other half of S is set to -inf (P = 0:
-// the P V steps left out would have added exact zeros). With 128 x 128 tiles, 16 packed documents of 64-2560 tokens
-// (attention_layouts_bench's) visit 1.11x the area they see, 16 x 1024 1.12x, 4 x 512 1.25x, a 16k sequence 1.01x;
-// with the half tiles ~1.07x, 1.07x, 1.15x (tools/probes/hopper_fwd/visited_area.py). ptxas serialises every wgmma of the kernel when a branch
-// inside one issue group picks the width (C7520) or two widths' accumulators meet at a join while in flight (C7511,
-// C7515), so each width has its own whole issue group: the tile seam's S (this tile's first) and the first step of the
-// key-tile loop (its P V) are written twice, and the half seam waits for its S before the epilogue rather than under
-// it. The first tile of a block (no seam) and a query tile of one key tile (its P V at the next seam) keep full-width
-// GEMMs. Two consumer groups only: with three, ptxas serialises the wgmmas anyway (C7511).
+// its last row sees lies before it: one group of every causal diagonal with 128-row tiles over 128 keys, every key tail
+// of at most half a tile), the group runs that tile's S = Q K^T as one wgmma of N = kBlockN / 2 and its P V over the
+// first kBlockN / 32 16-key steps, a quarter of the tile's work for the two groups; the other half of S is set to -inf
+// (P = 0: the P V steps left out would have added exact zeros). With 128 x 128 tiles, 16 packed documents of 64-2560
+// tokens (attention_layouts_bench's) visit 1.11x the area they see, 16 x 1024 1.12x, 4 x 512 1.25x, a 16k sequence
+// 1.01x; with the half tiles ~1.07x, 1.07x, 1.15x (tools/probes/hopper_fwd/visited_area.py). ptxas serialises every
+// wgmma of the kernel when a branch inside one issue group picks the width (C7520) or two widths' accumulators meet at
+// a join while in flight (C7511, C7515), so each width has its own whole issue group: the tile seam's S (this tile's
+// first) and the first step of the key-tile loop (its P V) are written twice, and the half seam waits for its S before
+// the epilogue rather than under it. The first tile of a block (no seam) and a query tile of one key tile (its P V at
+// the next seam) keep full-width GEMMs. Two consumer groups only: with three, ptxas serialises the wgmmas anyway
+// (C7511).
 template <typename C, bool Masked>
 __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const __grid_constant__ FwdMapsFor<C> maps,
                                                                           const FlashParams p) {
