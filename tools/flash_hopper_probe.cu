@@ -110,6 +110,21 @@ lk::FlashParams make_params(const Case& c, const Layout& L, void* q, void* k, vo
   return p;
 }
 
+// Makes p a packed batch over the documents [offsets[i], offsets[i + 1]) of its rows (flash-attn's varlen call: one
+// (total, H, D) tensor, int32 offsets on the device, which the caller frees).
+int* make_packed(lk::FlashParams& p, const std::vector<int>& offsets) {
+  int* cu = nullptr;
+  const int docs = int(offsets.size()) - 1;
+  CHECK(cudaMalloc(&cu, (docs + 1) * 4));
+  CHECK(cudaMemcpy(cu, offsets.data(), (docs + 1) * 4, cudaMemcpyHostToDevice));
+  int longest = 0;
+  for (int i = 0; i < docs; ++i) longest = std::max(longest, offsets[i + 1] - offsets[i]);
+  p.batch = docs, p.cu_seqlens_q = p.cu_seqlens_k = cu, p.total_q = p.total_k = offsets.back();
+  p.seqlen_q = p.seqlen_k = longest;
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+  return cu;
+}
+
 // One row's fp64 reference, softmax(q_i K^T / sqrt(d)) V over keys [0, n), folded into the largest |O - O_ref| and
 // |L - L_ref| so far (a non-finite output counts as infinite). at(t, row, col) reads buffer t (0 q, 1 k, 2 v, 3 o).
 template <typename At>
@@ -338,19 +353,13 @@ int time(const Case& c, int iters, bool all) {
     const double sum = std::accumulate(w.begin(), w.end(), 0.0);
     std::vector<int> offsets(docs + 1, 0);
     for (int i = 0; i < docs; ++i) offsets[i + 1] = i + 1 == docs ? c.s : offsets[i] + int(w[i] / sum * c.s);
-    int longest = 0;
     flop = 0;
     for (int i = 0; i < docs; ++i) {
       const double len = offsets[i + 1] - offsets[i];
-      longest = std::max(longest, int(len));
       flop += 4.0 * c.h * len * len * c.d / (c.causal ? 2 : 1);
     }
-    CHECK(cudaMalloc(&cu, (docs + 1) * 4));
-    CHECK(cudaMemcpy(cu, offsets.data(), (docs + 1) * 4, cudaMemcpyHostToDevice));
-    p.batch = docs, p.cu_seqlens_q = p.cu_seqlens_k = cu, p.total_q = p.total_k = c.s;
-    p.seqlen_q = p.seqlen_k = longest;
-    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
-    std::printf("packed: %d documents, longest %d\n", docs, longest);
+    cu = make_packed(p, offsets);
+    std::printf("packed: %d documents, longest %d\n", docs, p.seqlen_q);
   }
   const float th = clock([&] { lk::hopper::run_fwd(p, nullptr); });
   const float tm = cu ? 0.f : clock([&] { c.bf16 ? run_mma_sync<__nv_bfloat16>(p) : run_mma_sync<__half>(p); });
@@ -402,16 +411,11 @@ int check_packed_case(int d, bool causal, std::mt19937& rng, VariantFn variant) 
     }
   }
   float* lse;
-  int* cu;
   CHECK(cudaMalloc(&lse, int64_t(h) * total * 4));
-  CHECK(cudaMalloc(&cu, (docs + 1) * 4));
-  CHECK(cudaMemcpy(cu, off.data(), (docs + 1) * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(dev[3], 0xff, L.elems * 2));  // NaN poison: a skipped element fails
   CHECK(cudaMemset(lse, 0xff, int64_t(h) * total * 4));
   auto p = make_params(c, L, dev[0], dev[1], dev[2], dev[3], lse);
-  p.batch = docs, p.cu_seqlens_q = p.cu_seqlens_k = cu, p.total_q = p.total_k = total;
-  p.seqlen_q = p.seqlen_k = *std::max_element(lens.begin(), lens.end());
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+  int* cu = make_packed(p, off);
   if (variant)
     variant(p, nullptr);
   else

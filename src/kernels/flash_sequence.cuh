@@ -27,6 +27,8 @@ struct FlashRowsView {
 __host__ __device__ __forceinline__ FlashRowsView flash_q_view(const FlashParams& p) {
   return flash_varlen(p) ? FlashRowsView{p.total_q, p.heads, 1} : FlashRowsView{p.seqlen_q, p.heads, p.batch};
 }
+// The batch coordinate of sequence b in a TMA map over flash_q_view / flash_k_view: a packed batch is one batch.
+__host__ __device__ __forceinline__ int flash_map_batch(const FlashParams& p, int b) { return flash_varlen(p) ? 0 : b; }
 __host__ __device__ __forceinline__ FlashRowsView flash_k_view(const FlashParams& p) {
   return flash_varlen(p) ? FlashRowsView{p.total_k, flash_heads_k(p), 1}
                          : FlashRowsView{p.seqlen_k, flash_heads_k(p), p.batch};

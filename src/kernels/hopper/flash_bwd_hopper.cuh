@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_bwd_hopper_kernel(const 
   // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it; dq_accum's planes
   // are (batch, head) dense and heads packed (make_dq_accum_map).
   const int q_row = static_cast<int>(seq.q_row0), k_row = static_cast<int>(seq.k_row0);
-  const int tma_b = flash_varlen(p) ? 0 : b;
+  const int tma_b = flash_map_batch(p, b);
   // With kUniformWarpgroup the index is broadcast from lane 0, so the compiler knows it is warp-uniform and
   // keeps what derives from it (the group's descriptor bases) in uniform registers instead of moving it
   // there before every wgmma (BwdConfig::kUniformWarpgroup says where that pays).

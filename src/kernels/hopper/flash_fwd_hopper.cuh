@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           continue;
         }
         // TMA coordinates: packed batches are one (total, H, D) tensor, their sequences rows of it.
-        const int hk = tile.h / flash_group(p), tma_b = flash_varlen(p) ? 0 : tile.b;
+        const int hk = tile.h / flash_group(p), tma_b = flash_map_batch(p, tile.b);
         const int q_row = static_cast<int>(seq.q_row0) + m0, k_row = static_cast<int>(seq.k_row0);
         mbar_arrive_expect_tx(&q_full[qs], C::kQBytes);
         for (int c = 0; c < kChunks; ++c)
@@ -357,10 +357,10 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       wgmma_ss<T, kBlockN>(s_acc, da, db, kk > 0);
     }
   };
-  // S = Q K^T for the first `keys` keys of the K tile in slot s, into the first keys / 2 entries of s_acc, the rest
-  // set to -inf once it is done (issue only; Note [half edge tile]). issue_qk and issue_pv are not written through
-  // these two: routed through the generic lambdas, ptxas reorders the d = 128 causal kernel's softmax, and the shipped
-  // kernels keep their schedule until the half edge variant is measured (then one pair goes).
+  // S = Q K^T for the first `keys` keys of the K tile in slot s, into the first keys / 2 entries of s_acc (the seam
+  // sets the rest to -inf once it is done; issue only; Note [half edge tile]). issue_qk and issue_pv are not written
+  // through these two: routed through the generic lambdas, ptxas reorders the d = 128 causal kernel's softmax, and the
+  // shipped kernels keep their schedule until the half edge variant is measured (then one pair goes).
   auto issue_qk_keys = [&](int s, auto keys) {
     constexpr int kKeys = decltype(keys)::value;
     float(&s_keys)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(s_acc);
@@ -372,10 +372,6 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       const uint64_t db = desc_at(b_lo, kHiAtom, c * kBlockN * kSwB + off);
       wgmma_ss<T, kKeys>(s_keys, da, db, kk > 0);
     }
-  };
-  auto clear_s_after = [&](auto keys) {
-#pragma unroll
-    for (int i = decltype(keys)::value / 2; i < kBlockN / 2; ++i) s_acc[i] = -INFINITY;
   };
   // O += P V for the V tile in slot s over its first `keys` keys (issue only; Note [half edge tile]).
   auto issue_pv_keys = [&](int s, auto keys) {
@@ -630,11 +626,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
           release_last_v();
           store_tile();
           pending = false;
-          clear_s_after(keys);
+#pragma unroll
+          for (int i = decltype(keys)::value / 2; i < kBlockN / 2; ++i) s_acc[i] = -INFINITY;  // (P = 0 there)
         }
       };
       if (half_edge && pending) {
-        if constexpr (C::kHalfEdge && Masked) seam(HalfKeys{});
+        seam(HalfKeys{});  // (HalfKeys is AllKeys, and half_edge false, where the variant has no half tiles)
       } else if (pending) {
         seam(AllKeys{});
       } else {
@@ -694,8 +691,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
         convert_p();
       };
       int it = 1;
-      if constexpr (C::kHalfEdge && Masked)
-        if (half_edge && n_tiles > 1) key_step(it++, HalfKeys{});
+      if (half_edge && n_tiles > 1) key_step(it++, HalfKeys{});
       for (; it < n_tiles; ++it) key_step(it, AllKeys{});
       // Every S of this tile is done (and the index read): the producer may load the next tile's Q.
       mbar_arrive(&q_empty[qs]);
@@ -712,7 +708,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) flash_fwd_hopper_kernel(const 
       // neighbours' rows, so a group with such rows stores from registers.
       const int g0 = m0 + 64 * wg;
       o_by_tma = !flash_varlen(p) || (g0 >= 0 && g0 + 64 <= seq.len_q);
-      o_row = static_cast<int>(seq.q_row0) + g0, o_head = tile.h, o_batch = flash_varlen(p) ? 0 : tile.b;
+      o_row = static_cast<int>(seq.q_row0) + g0, o_head = tile.h, o_batch = flash_map_batch(p, tile.b);
     }
     if (n_tiles == 0) store_tile();  // acc_o, m and l are as store_tile left them: O = 0, L = +inf
   }
